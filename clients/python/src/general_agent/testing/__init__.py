@@ -1,0 +1,70 @@
+"""Test doubles for the service's external dependencies.
+
+Why the lazy re-export: ``python -m general_agent.testing.fake_anthropic`` runs
+that module as ``__main__``; importing it eagerly here as well would make runpy
+warn and load it twice. Names resolve on first access instead, and the
+``TYPE_CHECKING`` import keeps them visible to mypy and IDEs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .fake_anthropic import (
+        Block,
+        ErrorReply,
+        FakeAnthropic,
+        FakeAnthropicThread,
+        HangReply,
+        RecordedRequest,
+        RedactedThinkingBlock,
+        Reply,
+        ReplyLike,
+        Responder,
+        StreamErrorReply,
+        TextBlock,
+        TextReply,
+        ThinkingBlock,
+        ThreadSafeEvent,
+        ToolUseBlock,
+        Usage,
+        estimate_tokens,
+        text_deltas,
+    )
+
+__all__ = [
+    "Block",
+    "ErrorReply",
+    "FakeAnthropic",
+    "FakeAnthropicThread",
+    "HangReply",
+    "RecordedRequest",
+    "RedactedThinkingBlock",
+    "Reply",
+    "ReplyLike",
+    "Responder",
+    "StreamErrorReply",
+    "TextBlock",
+    "TextReply",
+    "ThinkingBlock",
+    "ThreadSafeEvent",
+    "ToolUseBlock",
+    "Usage",
+    "estimate_tokens",
+    "text_deltas",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Resolve a public name from :mod:`.fake_anthropic` on first access."""
+    if name in __all__:
+        value = getattr(importlib.import_module(".fake_anthropic", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

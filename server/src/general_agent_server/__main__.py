@@ -1,0 +1,3 @@
+from general_agent_server.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,132 @@
+"""Builds and runs the gRPC server: servicers, health, reflection, interceptors, graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from general_agent.v1 import agent_service_pb2, agent_service_pb2_grpc
+from general_agent_server.config import ServerSettings
+from general_agent_server.core.credentials import CredentialResolver
+from general_agent_server.core.service import AgentCore
+from general_agent_server.core.transcript_export import TranscriptExporter
+from general_agent_server.providers.anthropic_model import AnthropicModelClient
+from general_agent_server.rpc.interceptors import RequestContextInterceptor
+from general_agent_server.rpc.servicer import AgentServicer
+from general_agent_server.store.sqlite import DB_FILE_NAME, SqliteSessionStore
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = agent_service_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
+
+
+@dataclass
+class RunningServer:
+    """A started server; `address` is the bound HOST:PORT (port 0 resolved)."""
+
+    address: str
+    server: grpc.aio.Server
+    core: AgentCore
+    store: SqliteSessionStore
+    model: AnthropicModelClient
+    health: health.aio.HealthServicer
+    settings: ServerSettings
+
+    async def stop(self, grace: float | None = None) -> None:
+        grace = self.settings.shutdown_grace if grace is None else grace
+        await self.health.enter_graceful_shutdown()
+        await self.core.shutdown(grace)
+        await self.server.stop(min(grace, 2.0))
+        await self.store.close()
+        await self.model.close()
+        logger.info("server stopped", extra={"category": "system"})
+
+
+async def start_server(settings: ServerSettings) -> RunningServer:
+    state_dir = Path(settings.state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    store = SqliteSessionStore(state_dir / DB_FILE_NAME, flush_interval=settings.store_flush_interval_ms / 1000)
+    await store.open()
+    model = AnthropicModelClient(timeout_seconds=settings.model_request_timeout, max_retries=settings.model_max_retries)
+    credentials = CredentialResolver(
+        settings.auth_profiles,
+        tenant_defaults=settings.tenant_default_profiles,
+        server_default=settings.default_profile,
+    )
+    core = AgentCore(
+        settings=settings.core(),
+        store=store,
+        model=model,
+        credentials=credentials,
+        exporter=TranscriptExporter(state_dir / "transcripts"),
+    )
+    server = grpc.aio.server(
+        interceptors=[RequestContextInterceptor()],
+        options=[
+            ("grpc.max_receive_message_length", settings.max_receive_message_length),
+            ("grpc.max_send_message_length", settings.max_receive_message_length),
+            ("grpc.keepalive_time_ms", 60_000),
+            ("grpc.keepalive_timeout_ms", 20_000),
+            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+        ],
+    )
+    agent_service_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(core), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+    )
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    host, _, _ = settings.listen.rpartition(":")
+    port = server.add_insecure_port(settings.listen)
+    if port == 0:
+        raise OSError(f"could not bind {settings.listen}")
+    await server.start()
+    # Health stays NOT_SERVING until start-up recovery has finished.
+    await core.start()
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    address = f"{host}:{port}"
+    logger.info("serving on %s", address, extra={"category": "system"})
+    return RunningServer(
+        address=address,
+        server=server,
+        core=core,
+        store=store,
+        model=model,
+        health=health_servicer,
+        settings=settings,
+    )
+
+
+def write_ready_file(path: str, address: str) -> None:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_suffix(target.suffix + ".tmp")
+    temporary.write_text(json.dumps({"address": address, "pid": os.getpid()}))
+    temporary.replace(target)  # atomic: a watcher never reads half a file
+
+
+async def serve(settings: ServerSettings) -> None:
+    """Runs until SIGTERM or SIGINT, then shuts down gracefully."""
+    running = await start_server(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    if settings.ready_file:
+        write_ready_file(settings.ready_file, running.address)
+    await stop.wait()
+    logger.info("shutting down", extra={"category": "system"})
+    await running.stop()

@@ -1,0 +1,42 @@
+"""`general-agent serve` and `general-agent settings`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+
+from general_agent_server import __version__
+from general_agent_server.config import ConfigError, add_flags, load_settings, settings_table_markdown
+from general_agent_server.logging_setup import configure_logging
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="general-agent", description="The General Agent Service.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve_parser = commands.add_parser("serve", help="Run the gRPC server.")
+    add_flags(serve_parser)
+    commands.add_parser("settings", help="Print the configuration table (Markdown).")
+    args = parser.parse_args(argv)
+    if args.command == "settings":
+        print(settings_table_markdown())
+        return 0
+    try:
+        settings = load_settings(args, os.environ)
+    except ConfigError as exc:
+        print(f"general-agent: configuration error: {exc}", file=sys.stderr)
+        return 2
+    secrets = [p.api_key for p in settings.auth_profiles.values()]
+    if settings.default_profile is not None:
+        secrets.append(settings.default_profile.api_key)
+    configure_logging(level=settings.log_level, fmt=settings.log_format, secrets=[s for s in secrets if s])
+    from general_agent_server.app import serve  # noqa: PLC0415  (keeps `settings` fast)
+
+    asyncio.run(serve(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,258 @@
+"""Server settings: one table drives the flags, the GENERAL_AGENT_* environment, the TOML file and the
+README's configuration table. Precedence: flag > environment > TOML file > default.
+
+Secrets are never taken from flags: the API key comes from ANTHROPIC_API_KEY or a file, profile keys from
+a named environment variable or a file."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from general_agent_server.core.credentials import AuthProfile
+from general_agent_server.core.settings import CoreSettings
+
+MIB = 1024 * 1024
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; the message names the setting."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setting:
+    name: str
+    kind: type
+    default: Any
+    help: str
+
+    @property
+    def env(self) -> str:
+        return "GENERAL_AGENT_" + self.name.upper()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(name="listen", kind=str, default="127.0.0.1:50051", help="HOST:PORT to listen on; port 0 picks a free port."),
+    Setting(name="ready_file", kind=str, default="", help="Written with {address, pid} once health is SERVING."),
+    Setting(name="state_dir", kind=str, default=".general-agent/state", help="SQLite state and transcript exports."),
+    Setting(name="workspace_dir", kind=str, default=".general-agent/workspace", help="Root of session workspaces."),
+    Setting(
+        name="default_model", kind=str, default="anthropic/claude-sonnet-4-6", help="Model ref for sessions without one."
+    ),
+    Setting(name="max_tokens_cap", kind=int, default=64_000, help="Upper bound on max_tokens of any model call."),
+    Setting(
+        name="insecure_listen",
+        kind=bool,
+        default=False,
+        help="Allow a non-loopback listen address without auth tokens.",
+    ),
+    Setting(name="shutdown_grace", kind=float, default=10.0, help="Seconds running runs get at shutdown."),
+    Setting(name="log_level", kind=str, default="INFO", help="DEBUG, INFO, WARNING or ERROR."),
+    Setting(name="log_format", kind=str, default="json", help="json (structured) or text."),
+    Setting(name="model_request_timeout", kind=float, default=600.0, help="Seconds per model request."),
+    Setting(name="model_max_retries", kind=int, default=2, help="SDK retries of 408/409/429/5xx/529 and network errors."),
+    Setting(
+        name="max_receive_message_length", kind=int, default=32 * MIB, help="Largest gRPC message accepted, bytes."
+    ),
+    Setting(name="max_image_bytes", kind=int, default=5 * MIB, help="Largest image part, bytes."),
+    Setting(name="max_message_bytes", kind=int, default=20 * MIB, help="Largest user message, bytes."),
+    Setting(
+        name="subscriber_buffer", kind=int, default=4096, help="Events buffered per stream before SLOW_CONSUMER."
+    ),
+    Setting(name="store_flush_interval_ms", kind=float, default=20.0, help="Group-commit window for buffered events."),
+    Setting(name="replica_id", kind=str, default="local", help="Lease owner id of this server process."),
+    Setting(
+        name="anthropic_api_key_file",
+        kind=str,
+        default="",
+        help="File holding the default profile's API key (else ANTHROPIC_API_KEY).",
+    ),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerSettings:
+    listen: str = "127.0.0.1:50051"
+    ready_file: str = ""
+    state_dir: str = ".general-agent/state"
+    workspace_dir: str = ".general-agent/workspace"
+    default_model: str = "anthropic/claude-sonnet-4-6"
+    max_tokens_cap: int = 64_000
+    insecure_listen: bool = False
+    shutdown_grace: float = 10.0
+    log_level: str = "INFO"
+    log_format: str = "json"
+    model_request_timeout: float = 600.0
+    model_max_retries: int = 2
+    max_receive_message_length: int = 32 * MIB
+    max_image_bytes: int = 5 * MIB
+    max_message_bytes: int = 20 * MIB
+    subscriber_buffer: int = 4096
+    store_flush_interval_ms: float = 20.0
+    replica_id: str = "local"
+    anthropic_api_key_file: str = ""
+    # From the environment / TOML only (never flags):
+    default_profile: AuthProfile | None = field(default=None, repr=False)
+    auth_profiles: Mapping[str, AuthProfile] = field(default_factory=dict, repr=False)
+    tenant_default_profiles: Mapping[str, str] = field(default_factory=dict)
+
+    def core(self) -> CoreSettings:
+        return CoreSettings(
+            default_model_ref=self.default_model,
+            max_tokens_cap=self.max_tokens_cap,
+            replica_id=self.replica_id,
+            subscriber_buffer=self.subscriber_buffer,
+            max_image_bytes=self.max_image_bytes,
+            max_message_bytes=self.max_message_bytes,
+            shutdown_grace_seconds=self.shutdown_grace,
+        )
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="TOML settings file (GENERAL_AGENT_CONFIG).")
+    for setting in SETTINGS:
+        if setting.name == "anthropic_api_key_file":
+            continue  # a path, but kept off the command line with the other secrets' settings
+        if setting.kind is bool:
+            parser.add_argument(setting.flag, action="store_const", const=True, default=None, help=setting.help)
+        else:
+            parser.add_argument(setting.flag, default=None, help=f"{setting.help} (default {setting.default!r})")
+
+
+def _coerce(setting: Setting, value: Any, source: str) -> Any:
+    try:
+        if setting.kind is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(value)
+        return setting.kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{setting.name} ({source}): invalid {setting.kind.__name__} {value!r}") from None
+
+
+def load_settings(args: argparse.Namespace | None, environ: Mapping[str, str]) -> ServerSettings:
+    config_path = (getattr(args, "config", None) if args else None) or environ.get("GENERAL_AGENT_CONFIG", "")
+    file_values: dict[str, Any] = {}
+    if config_path:
+        try:
+            file_values = tomllib.loads(Path(config_path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"config file {config_path}: {exc}") from None
+    known = {s.name for s in SETTINGS} | {"auth_profiles", "tenant_default_profiles"}
+    unknown = sorted(set(file_values) - known)
+    if unknown:
+        raise ConfigError(f"config file {config_path}: unknown setting(s) {', '.join(unknown)}")
+    values: dict[str, Any] = {}
+    for setting in SETTINGS:
+        value: Any = setting.default
+        if setting.name in file_values:
+            value = _coerce(setting, file_values[setting.name], f"config file {config_path}")
+        if setting.env in environ:
+            value = _coerce(setting, environ[setting.env], setting.env)
+        flag_value = getattr(args, setting.name, None) if args else None
+        if flag_value is not None:
+            value = _coerce(setting, flag_value, setting.flag)
+        values[setting.name] = value
+    settings = ServerSettings(
+        **values,
+        default_profile=_default_profile(values["anthropic_api_key_file"], environ),
+        auth_profiles=_profiles(file_values.get("auth_profiles", {}), environ),
+        tenant_default_profiles=dict(file_values.get("tenant_default_profiles", {})),
+    )
+    _validate(settings)
+    return settings
+
+
+def _read_secret_file(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot read {path}: {exc.strerror}") from None
+
+
+def _check_base_url(url: str | None, what: str) -> str | None:
+    if not url:
+        return None
+    if url.rstrip("/").endswith("/v1"):
+        raise ConfigError(f"{what}: base URL must not end in /v1 (the client appends /v1/messages): {url}")
+    return url
+
+
+def _default_profile(key_file: str, environ: Mapping[str, str]) -> AuthProfile:
+    key = _read_secret_file(key_file, "anthropic_api_key_file") if key_file else environ.get("ANTHROPIC_API_KEY", "")
+    return AuthProfile(
+        profile_id="default",
+        api_key=key,
+        base_url=_check_base_url(environ.get("ANTHROPIC_BASE_URL"), "ANTHROPIC_BASE_URL"),
+    )
+
+
+def _profiles(raw: Any, environ: Mapping[str, str]) -> dict[str, AuthProfile]:
+    if not isinstance(raw, dict):
+        raise ConfigError("auth_profiles: must be a table of profiles")
+    profiles: dict[str, AuthProfile] = {}
+    for profile_id, spec in raw.items():
+        where = f"auth_profiles.{profile_id}"
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{where}: must be a table")
+        if "api_key" in spec:
+            raise ConfigError(f"{where}: put the key in an environment variable (api_key_env) or a file (api_key_file)")
+        key = ""
+        if spec.get("api_key_env"):
+            key = environ.get(str(spec["api_key_env"]), "")
+        elif spec.get("api_key_file"):
+            key = _read_secret_file(str(spec["api_key_file"]), f"{where}.api_key_file")
+        profiles[profile_id] = AuthProfile(
+            profile_id=profile_id,
+            api_key=key,
+            base_url=_check_base_url(spec.get("base_url"), f"{where}.base_url"),
+            allowed_tenants=frozenset(spec.get("allowed_tenants", ())),
+        )
+    return profiles
+
+
+def _validate(settings: ServerSettings) -> None:
+    host, sep, port = settings.listen.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ConfigError(f"listen: expected HOST:PORT, got {settings.listen!r}")
+    loopback = host in ("127.0.0.1", "localhost", "[::1]", "::1") or host.startswith("127.")
+    if not loopback and not settings.insecure_listen:
+        raise ConfigError(
+            f"listen: {settings.listen} is not a loopback address and no auth is configured; "
+            "pass --insecure-listen to allow it"
+        )
+    if settings.log_format not in ("json", "text"):
+        raise ConfigError(f"log_format: expected json or text, got {settings.log_format!r}")
+    for name in ("max_tokens_cap", "max_receive_message_length", "max_image_bytes", "max_message_bytes", "subscriber_buffer"):
+        if getattr(settings, name) <= 0:
+            raise ConfigError(f"{name}: must be positive")
+    for tenant, profile_id in settings.tenant_default_profiles.items():
+        if profile_id not in settings.auth_profiles:
+            raise ConfigError(f"tenant_default_profiles.{tenant}: unknown profile {profile_id!r}")
+
+
+def settings_table_markdown() -> str:
+    """The README's configuration table."""
+    rows = ["| setting | flag | environment | default | meaning |", "|---|---|---|---|---|"]
+    for s in SETTINGS:
+        flag = "—" if s.name == "anthropic_api_key_file" else f"`{s.flag}`"
+        rows.append(f"| `{s.name}` | {flag} | `{s.env}` | `{s.default!r}` | {s.help} |")
+    return "\n".join(rows)
+
+
+assert {f.name for f in fields(ServerSettings)} >= {s.name for s in SETTINGS}
+_ = os  # environment is passed in explicitly so tests need not mutate os.environ

@@ -1,0 +1,1 @@
+"""The domain core: sessions, runs, events and the agent loop. No grpc or protobuf imports here."""

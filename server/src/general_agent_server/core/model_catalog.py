@@ -1,0 +1,60 @@
+"""One capability table keyed by model family: context window, maximum output, thinking kind, images.
+Model refs are `anthropic/<id>` or a bare id; the provider prefix is stripped before the request."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class ThinkingKind(enum.Enum):
+    NONE = "none"
+    ADAPTIVE = "adaptive"
+    BUDGET = "budget"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelCapabilities:
+    family: str
+    context_window: int
+    max_output_tokens: int
+    thinking: ThinkingKind
+    images: bool = True
+
+
+# Longest marker first: the first marker contained in the model id decides the family.
+_FAMILIES: tuple[tuple[str, ModelCapabilities], ...] = tuple(
+    (marker, ModelCapabilities(family=marker, context_window=cw, max_output_tokens=out, thinking=kind))
+    for marker, cw, out, kind in (
+        ("opus-4-6", 200_000, 128_000, ThinkingKind.ADAPTIVE),
+        ("sonnet-4-6", 200_000, 64_000, ThinkingKind.ADAPTIVE),
+        ("opus-4-5", 200_000, 64_000, ThinkingKind.BUDGET),
+        ("sonnet-4-5", 200_000, 64_000, ThinkingKind.BUDGET),
+        ("haiku-4-5", 200_000, 64_000, ThinkingKind.BUDGET),
+        ("opus-4-1", 200_000, 32_000, ThinkingKind.BUDGET),
+        ("opus-4", 200_000, 32_000, ThinkingKind.BUDGET),
+        ("sonnet-4", 200_000, 64_000, ThinkingKind.BUDGET),
+        ("3-7-sonnet", 200_000, 64_000, ThinkingKind.BUDGET),
+        ("3-5-haiku", 200_000, 8_192, ThinkingKind.NONE),
+        ("3-5-sonnet", 200_000, 8_192, ThinkingKind.NONE),
+        ("3-haiku", 200_000, 4_096, ThinkingKind.NONE),
+    )
+)
+
+UNKNOWN_MODEL = ModelCapabilities(
+    family="unknown", context_window=200_000, max_output_tokens=16_384, thinking=ThinkingKind.NONE
+)
+
+
+def provider_model_id(model_ref: str) -> str:
+    """`anthropic/claude-x` → `claude-x`; a bare id is returned unchanged."""
+    provider, sep, model = model_ref.partition("/")
+    return model if sep and provider == "anthropic" else model_ref
+
+
+def capabilities(model_ref: str) -> ModelCapabilities:
+    model_id = provider_model_id(model_ref).lower().replace(".", "-")
+    for marker, caps in _FAMILIES:
+        if marker in model_id:
+            return caps
+    return UNKNOWN_MODEL

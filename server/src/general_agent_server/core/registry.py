@@ -1,0 +1,97 @@
+"""Loads session actors on demand and drops them when idle, so idle sessions hold no task and little
+memory. Also holds the in-memory API key overrides, which are never persisted."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from general_agent_server.core.actor import SessionActor
+from general_agent_server.core.errors import session_not_found
+from general_agent_server.core.model import ModelClient
+from general_agent_server.core.settings import CoreSettings
+from general_agent_server.core.transcript_export import TranscriptExporter
+from general_agent_server.store.port import SessionStore
+
+_Key = tuple[str, str]
+
+
+class ActorRegistry:
+    def __init__(
+        self, *, store: SessionStore, model: ModelClient, settings: CoreSettings, exporter: TranscriptExporter
+    ) -> None:
+        self._store = store
+        self._model = model
+        self._settings = settings
+        self._exporter = exporter
+        self._actors: dict[_Key, SessionActor] = {}
+        self._loading: dict[_Key, asyncio.Future[SessionActor | None]] = {}
+        self.memory_keys: dict[_Key, str] = {}
+
+    def active(self) -> list[SessionActor]:
+        return list(self._actors.values())
+
+    def peek(self, tenant: str, session_id: str) -> SessionActor | None:
+        return self._actors.get((tenant, session_id))
+
+    @asynccontextmanager
+    async def use(self, tenant: str, session_id: str) -> AsyncIterator[SessionActor]:
+        """The session's actor, loaded if needed and kept while in use. NOT_FOUND for unknown ids."""
+        actor = await self._acquire(tenant, session_id)
+        try:
+            yield actor
+        finally:
+            actor.users -= 1
+            self._drop_if_idle(actor)
+
+    def release_idle(self, actor: SessionActor) -> None:
+        self._drop_if_idle(actor)
+
+    def forget(self, tenant: str, session_id: str) -> None:
+        self._actors.pop((tenant, session_id), None)
+        self.memory_keys.pop((tenant, session_id), None)
+
+    async def _acquire(self, tenant: str, session_id: str) -> SessionActor:
+        key = (tenant, session_id)
+        actor = self._actors.get(key)
+        if actor is None:
+            loading = self._loading.get(key)
+            if loading is None:
+                loading = asyncio.get_running_loop().create_future()
+                self._loading[key] = loading
+                try:
+                    loading.set_result(await self._load(tenant, session_id))
+                except BaseException as exc:
+                    loading.set_exception(exc)
+                    raise
+                finally:
+                    del self._loading[key]
+            actor = await asyncio.shield(loading)
+            if actor is None:
+                raise session_not_found(session_id)
+            actor = self._actors.setdefault(key, actor)
+        actor.users += 1
+        return actor
+
+    async def _load(self, tenant: str, session_id: str) -> SessionActor | None:
+        record = await self._store.get_session(tenant, session_id)
+        if record is None:
+            return None
+        history = await self._store.load_history(tenant, session_id)
+        await self._exporter.reconcile(tenant, session_id, self._store)
+        actor = SessionActor(
+            record=record,
+            history=history,
+            store=self._store,
+            model=self._model,
+            settings=self._settings,
+            exporter=self._exporter,
+        )
+        actor.on_idle = self._drop_if_idle
+        return actor
+
+    def _drop_if_idle(self, actor: SessionActor) -> None:
+        key = (actor.tenant, actor.session_id)
+        if actor.idle and self._actors.get(key) is actor:
+            del self._actors[key]

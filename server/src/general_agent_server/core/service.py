@@ -1,0 +1,483 @@
+"""The application service: one method per RPC, in domain terms. The transport (rpc/) converts
+protobuf to these arguments and back, and nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any
+
+from general_agent_server.core.actor import ActiveRun, SessionActor, TurnRequest
+from general_agent_server.core.clock import utcnow
+from general_agent_server.core.content import ContentPart
+from general_agent_server.core.credentials import CredentialResolver
+from general_agent_server.core.errors import ErrorCode, ServiceError, session_not_found
+from general_agent_server.core.events import RunFinished, RunReason, SequencedEvent
+from general_agent_server.core.model import Credential, ModelClient
+from general_agent_server.core.paging import decode_token, encode_token, filters_digest, invalid_token
+from general_agent_server.core.recovery import recover_interrupted_runs
+from general_agent_server.core.registry import ActorRegistry
+from general_agent_server.core.runs import IdempotencyRecord, RunRecord
+from general_agent_server.core.session import (
+    DEFAULT_TENANT,
+    SessionConfig,
+    SessionIdentity,
+    SessionOverrides,
+    SessionRecord,
+    SessionState,
+)
+from general_agent_server.core.settings import CoreSettings
+from general_agent_server.core.transcript import TranscriptEntry
+from general_agent_server.core.transcript_export import TranscriptExporter
+from general_agent_server.core.validation import check_config, check_session_id, check_turn_input
+from general_agent_server.store.port import (
+    ListCursor,
+    SessionExistsError,
+    SessionQuery,
+    SessionStore,
+    WriteBatch,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class OnDisconnect:
+    CANCEL = "CANCEL"
+    CONTINUE = "CONTINUE"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CallContext:
+    """Who is calling (the tenant scopes every id) and the correlation id for logs."""
+
+    tenant: str = DEFAULT_TENANT
+    request_id: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Idempotency:
+    """A mutating request's idempotency key and a digest of its body."""
+
+    request_id: str
+    body_hash: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SessionView:
+    record: SessionRecord
+    transcript_path: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnOptions:
+    on_disconnect: str = OnDisconnect.CANCEL
+
+
+class AgentCore:
+    """See module docstring."""
+
+    def __init__(
+        self,
+        *,
+        settings: CoreSettings,
+        store: SessionStore,
+        model: ModelClient,
+        credentials: CredentialResolver,
+        exporter: TranscriptExporter,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.model = model
+        self.credentials = credentials
+        self.exporter = exporter
+        self.registry = ActorRegistry(store=store, model=model, settings=settings, exporter=exporter)
+        self._shutting_down = False
+
+    # ------------------------------------------------------------------ life cycle
+    async def start(self) -> None:
+        """Start-up recovery (spec 8.1): runs interrupted by a crash are marked FAILED/INTERRUPTED."""
+        self.exporter.start()
+        recovered = await recover_interrupted_runs(self.store, sequence_block=self.settings.sequence_block)
+        if recovered:
+            logger.info("marked %d interrupted run(s) as FAILED/INTERRUPTED", recovered, extra={"category": "system"})
+
+    async def shutdown(self, grace_seconds: float) -> None:
+        """New turns are refused; running runs get the grace, then stop as FAILED/INTERRUPTED; watch
+        streams end UNAVAILABLE so clients reconnect with after_sequence."""
+        self._shutting_down = True
+        runs = [a.run for a in self.registry.active() if a.run is not None]
+        if runs:
+            _, pending = await asyncio.wait([asyncio.ensure_future(r.finished.wait()) for r in runs], timeout=grace_seconds)
+            for actor in self.registry.active():
+                actor.cancel_run(RunReason.INTERRUPTED)
+            await asyncio.gather(*(r.finished.wait() for r in runs))
+            for waiter in pending:
+                waiter.cancel()
+        error = ServiceError(
+            ErrorCode.UNAVAILABLE, "SHUTTING_DOWN", "the server is shutting down; reconnect with after_sequence",
+            retry_after_seconds=1.0,
+        )
+        for actor in self.registry.active():
+            actor.close_subscribers(error)
+        await self.exporter.close()
+
+    def _check_serving(self) -> None:
+        if self._shutting_down:
+            raise ServiceError(
+                ErrorCode.UNAVAILABLE, "SHUTTING_DOWN", "the server is shutting down", retry_after_seconds=1.0
+            )
+
+    def view(self, record: SessionRecord) -> SessionView:
+        return SessionView(record=record, transcript_path=str(self.exporter.path_for(record.tenant, record.session_id)))
+
+    # ------------------------------------------------------------------ idempotency
+    async def _replayed(self, ctx: CallContext, rpc: str, idem: Idempotency | None) -> dict[str, Any] | None:
+        if idem is None or not idem.request_id:
+            return None
+        record = await self.store.get_idempotency(ctx.tenant, rpc, idem.request_id)
+        if record is None or record.create_time < utcnow() - timedelta(seconds=self.settings.idempotency_ttl_seconds):
+            return None
+        if record.body_hash != idem.body_hash:
+            raise ServiceError(
+                ErrorCode.INVALID_ARGUMENT,
+                "REQUEST_ID_REUSED",
+                f"request_id {idem.request_id!r} was already used with a different request",
+                metadata={"request_id": idem.request_id},
+            )
+        result: dict[str, Any] = json.loads(record.result_json)
+        return result
+
+    @staticmethod
+    def _idempotency_record(ctx: CallContext, rpc: str, idem: Idempotency | None, result: dict[str, Any]) -> IdempotencyRecord | None:
+        if idem is None or not idem.request_id:
+            return None
+        return IdempotencyRecord(
+            tenant=ctx.tenant,
+            rpc=rpc,
+            request_id=idem.request_id,
+            body_hash=idem.body_hash,
+            result_json=json.dumps(result),
+            create_time=utcnow(),
+        )
+
+    # ------------------------------------------------------------------ sessions
+    async def create_session(
+        self,
+        ctx: CallContext,
+        *,
+        identity: SessionIdentity,
+        config: SessionConfig,
+        api_key: str = "",
+        idem: Idempotency | None = None,
+    ) -> SessionView:
+        self._check_serving()
+        replay = await self._replayed(ctx, "CreateSession", idem)
+        if replay is not None:
+            return await self.get_session(ctx, str(replay["session_id"]))
+        if identity.session_id:
+            check_session_id(identity.session_id, "session.identity.session_id")
+        check_config(config, known_profile=self.credentials.has_profile(config.auth_profile_id))
+        session_id = identity.session_id or str(uuid.uuid4())
+        if not config.model_ref:
+            config = replace(config, model_ref=self.settings.default_model_ref)
+        now = utcnow()
+        record = SessionRecord(
+            tenant=ctx.tenant,
+            identity=replace(identity, session_id=session_id),
+            config=config,
+            create_time=now,
+            update_time=now,
+            version=1,
+            sequence_reserved=self.settings.sequence_block,
+        )
+        batch = WriteBatch(
+            tenant=ctx.tenant,
+            session_id=session_id,
+            idempotency=self._idempotency_record(ctx, "CreateSession", idem, {"session_id": session_id}),
+        )
+        try:
+            await self.store.create_session(record, batch=batch)
+        except SessionExistsError:
+            raise ServiceError(
+                ErrorCode.ALREADY_EXISTS,
+                "SESSION_ALREADY_EXISTS",
+                f"session {session_id!r} already exists",
+                metadata={"session_id": session_id},
+            ) from None
+        if api_key:
+            self.registry.memory_keys[(ctx.tenant, session_id)] = api_key
+        logger.info("session created", extra={"category": "system", "tenant": ctx.tenant, "session_id": session_id})
+        return self.view(record)
+
+    async def get_session(self, ctx: CallContext, session_id: str) -> SessionView:
+        check_session_id(session_id)
+        actor = self.registry.peek(ctx.tenant, session_id)
+        record = actor.record if actor is not None else await self.store.get_session(ctx.tenant, session_id)
+        if record is None:
+            raise session_not_found(session_id)
+        return self.view(record)
+
+    async def list_sessions(
+        self, ctx: CallContext, query: SessionQuery, *, page_size: int, page_token: str
+    ) -> tuple[list[SessionView], str]:
+        if page_size < 0:
+            raise ServiceError(ErrorCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", "page_size: must not be negative")
+        limit = min(page_size or 50, 1000)
+        digest = filters_digest(
+            {
+                "prefix": query.session_key_prefix,
+                "mode": query.mode.value if query.mode else None,
+                "labels": dict(query.labels),
+                "parent": query.parent_session_id,
+                "children": query.include_children,
+            }
+        )
+        after: ListCursor | None = None
+        if page_token:
+            position = decode_token(page_token, digest)
+            try:
+                after = ListCursor(
+                    update_time=utcnow().fromisoformat(str(position["u"])), session_id=str(position["s"])
+                )
+            except (KeyError, ValueError):
+                raise invalid_token("malformed") from None
+        records = await self.store.list_sessions(ctx.tenant, query, after=after, limit=limit + 1)
+        next_token = ""
+        if len(records) > limit:
+            records = records[:limit]
+            last = records[-1]
+            next_token = encode_token({"u": last.update_time.isoformat(), "s": last.session_id}, digest)
+        return [self.view(r) for r in records], next_token
+
+    async def delete_session(self, ctx: CallContext, session_id: str) -> bool:
+        check_session_id(session_id)
+        actor = self.registry.peek(ctx.tenant, session_id)
+        if actor is not None:
+            async with actor.lock:
+                await actor.stop_active_run(RunReason.SESSION_DELETED)
+                actor.close_subscribers()
+        deleted = await self.store.delete_session(ctx.tenant, session_id)
+        self.registry.forget(ctx.tenant, session_id)
+        await self.exporter.delete(ctx.tenant, session_id)
+        if deleted:
+            logger.info("session deleted", extra={"category": "system", "tenant": ctx.tenant, "session_id": session_id})
+        return deleted
+
+    async def resume_session(
+        self, ctx: CallContext, session_id: str, overrides: SessionOverrides, idem: Idempotency | None = None
+    ) -> SessionView:
+        check_session_id(session_id)
+        return await self._apply_overrides(ctx, session_id, overrides, identity=None)
+
+    async def continue_session(
+        self, ctx: CallContext, identity: SessionIdentity, overrides: SessionOverrides, idem: Idempotency | None = None
+    ) -> SessionView:
+        check_session_id(identity.session_id, "identity.session_id")
+        return await self._apply_overrides(ctx, identity.session_id, overrides, identity=identity)
+
+    async def _apply_overrides(
+        self, ctx: CallContext, session_id: str, overrides: SessionOverrides, *, identity: SessionIdentity | None
+    ) -> SessionView:
+        async with self.registry.use(ctx.tenant, session_id) as actor, actor.lock:
+            config = overrides.apply(actor.record.config)
+            check_config(config, known_profile=self.credentials.has_profile(config.auth_profile_id), field_prefix="overrides")
+            changes: dict[str, Any] = {}
+            if config != actor.record.config:
+                changes["config"] = config
+            if identity is not None and identity != actor.record.identity:
+                if identity.mode != actor.record.identity.mode and actor.record.state is not SessionState.IDLE:
+                    raise ServiceError(
+                        ErrorCode.FAILED_PRECONDITION,
+                        "IDENTITY_MISMATCH",
+                        f"cannot change the mode of session {session_id!r} while a run is {actor.record.state.value.lower()}",
+                        metadata={"state": actor.record.state.value},
+                    )
+                changes["identity"] = identity
+            if changes:
+                await actor.commit(**changes)
+            if overrides.api_key:
+                self.registry.memory_keys[(ctx.tenant, session_id)] = overrides.api_key
+            return self.view(actor.record)
+
+    async def reset_session(self, ctx: CallContext, session_id: str, reason: str) -> SessionView:
+        check_session_id(session_id)
+        async with self.registry.use(ctx.tenant, session_id) as actor, actor.lock:
+            await actor.stop_active_run(RunReason.SESSION_RESET)
+            await actor.reset(reason or "manual")
+            return self.view(actor.record)
+
+    async def get_history(
+        self, ctx: CallContext, session_id: str, *, page_size: int, page_token: str
+    ) -> tuple[list[TranscriptEntry], str]:
+        check_session_id(session_id)
+        if page_size < 0:
+            raise ServiceError(ErrorCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", "page_size: must not be negative")
+        if self.registry.peek(ctx.tenant, session_id) is None and await self.store.get_session(ctx.tenant, session_id) is None:
+            raise session_not_found(session_id)
+        limit = min(page_size or 100, 1000)
+        digest = filters_digest({"session": session_id})
+        after = 0
+        if page_token:
+            position = decode_token(page_token, digest)
+            after = position.get("e", 0)
+            if not isinstance(after, int) or after < 0:
+                raise invalid_token("malformed")
+        await self.store.flush()
+        entries = await self.store.read_transcript(ctx.tenant, session_id, after_entry_id=after, limit=limit + 1)
+        more = len(entries) > limit
+        entries = entries[:limit]
+        # Pages are also capped in bytes so a history of large images cannot exceed message limits.
+        budget, kept = self.settings.max_history_page_bytes, []
+        for entry in entries:
+            size = _approx_size(entry)
+            if kept and size > budget:
+                more = True
+                break
+            budget -= size
+            kept.append(entry)
+        next_token = encode_token({"e": kept[-1].entry_id}, digest) if more and kept else ""
+        return kept, next_token
+
+    # ------------------------------------------------------------------ turns
+    def _credential(self, actor: SessionActor) -> Credential:
+        credential = self.credentials.resolve(
+            tenant=actor.tenant,
+            session_profile_id=actor.record.config.auth_profile_id,
+            memory_api_key=self.registry.memory_keys.get((actor.tenant, actor.session_id), ""),
+        )
+        if credential is None:
+            raise ServiceError(
+                ErrorCode.FAILED_PRECONDITION,
+                "NO_API_KEY",
+                "no API key resolves for this session: set ANTHROPIC_API_KEY, configure an auth profile, "
+                "or pass api_key on CreateSession/ResumeSession",
+                metadata={"session_id": actor.session_id},
+            )
+        return credential
+
+    async def stream_turn(
+        self,
+        ctx: CallContext,
+        session_id: str,
+        parts: tuple[ContentPart, ...],
+        *,
+        options: TurnOptions,
+        idem: Idempotency | None = None,
+    ) -> AsyncIterator[SequencedEvent]:
+        """Starts a run and yields its events until its first run_finished. A replayed request_id
+        attaches to the original run instead."""
+        check_session_id(session_id)
+        check_turn_input(
+            parts,
+            field_path="input",
+            max_image_bytes=self.settings.max_image_bytes,
+            max_message_bytes=self.settings.max_message_bytes,
+        )
+        self._check_serving()
+        async with self.registry.use(ctx.tenant, session_id) as actor:
+            if idem is not None and idem.request_id:
+                previous = await self.store.find_run_by_request_id(ctx.tenant, session_id, idem.request_id)
+                if previous is not None:
+                    async for event in self._replay_run(actor, previous, idem):
+                        yield event
+                    return
+            subscriber = actor.subscribe()
+            run: ActiveRun | None = None
+            try:
+                async with actor.lock:
+                    self._check_serving()
+                    if actor.record.state is not SessionState.IDLE:
+                        raise actor.busy_error()
+                    credential = self._credential(actor)
+                    run = await actor.start_turn(
+                        TurnRequest(
+                            parts=parts,
+                            request_id=idem.request_id if idem else "",
+                            body_hash=idem.body_hash if idem else "",
+                        ),
+                        model_ref=actor.record.config.model_ref or self.settings.default_model_ref,
+                        credential=credential,
+                        run_id=str(uuid.uuid4()),
+                    )
+                while (event := await subscriber.get()) is not None:
+                    if event.run_id != run.run_id:
+                        continue
+                    yield event
+                    if isinstance(event.body, RunFinished):
+                        return
+            finally:
+                actor.unsubscribe(subscriber)
+                if run is not None and not run.finished.is_set() and options.on_disconnect == OnDisconnect.CANCEL:
+                    actor.cancel_run(RunReason.CANCELLED, run.run_id)
+
+    async def _replay_run(self, actor: SessionActor, run: RunRecord, idem: Idempotency) -> AsyncIterator[SequencedEvent]:
+        if run.body_hash != idem.body_hash:
+            raise ServiceError(
+                ErrorCode.INVALID_ARGUMENT,
+                "REQUEST_ID_REUSED",
+                f"request_id {idem.request_id!r} was already used with a different turn",
+                metadata={"request_id": idem.request_id, "run_id": run.run_id},
+            )
+        async for event in self._events_after(actor, run.first_sequence - 1):
+            if event.run_id != run.run_id:
+                continue
+            yield event
+            if isinstance(event.body, RunFinished):
+                return
+
+    # ------------------------------------------------------------------ watching
+    async def watch(self, ctx: CallContext, session_id: str, after_sequence: int | None) -> AsyncIterator[SequencedEvent]:
+        check_session_id(session_id)
+        self._check_serving()
+        async with self.registry.use(ctx.tenant, session_id) as actor:
+            async for event in self._events_after(actor, after_sequence):
+                yield event
+
+    async def _events_after(self, actor: SessionActor, after_sequence: int | None) -> AsyncIterator[SequencedEvent]:
+        """Live subscription first, then the durable log up to the live point, then live events not
+        already replayed: no gap, no duplicate (spec 5.6)."""
+        subscriber = actor.subscribe()
+        try:
+            last = actor.last_assigned_sequence if after_sequence is None else after_sequence
+            if after_sequence is not None:
+                oldest = await self.store.oldest_event_sequence(actor.tenant, actor.session_id)
+                if oldest is not None and after_sequence < oldest - 1 and oldest > 1:
+                    raise ServiceError(
+                        ErrorCode.OUT_OF_RANGE,
+                        "EVENTS_EXPIRED",
+                        f"events after {after_sequence} are no longer retained; the oldest is {oldest}",
+                        metadata={"oldest_sequence": str(oldest)},
+                    )
+                await self.store.flush()
+                while True:
+                    batch = await self.store.read_events(
+                        actor.tenant, actor.session_id, after_sequence=last, limit=self.settings.event_replay_batch
+                    )
+                    if not batch:
+                        break
+                    for event in batch:
+                        yield event
+                        last = event.sequence
+            while (event := await subscriber.get()) is not None:
+                if event.sequence <= last:
+                    continue
+                last = event.sequence
+                yield event
+        finally:
+            actor.unsubscribe(subscriber)
+            self.registry.release_idle(actor)
+
+
+def _approx_size(entry: TranscriptEntry) -> int:
+    body: Any = entry.body
+    size = 64
+    for part in getattr(body, "content", ()) or getattr(body, "output", ()):
+        size += len(getattr(part, "data", b"")) * 4 // 3 + len(getattr(part, "text", ""))
+    for name in ("text", "prompt", "summary", "input_json", "details_json"):
+        size += len(getattr(body, name, "") or "")
+    return size

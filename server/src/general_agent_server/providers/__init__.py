@@ -1,0 +1,1 @@
+"""Adapters of the model port to real providers."""

@@ -1,0 +1,178 @@
+"""ModelClient on the official `anthropic` SDK (AsyncAnthropic, streaming raw events).
+
+Raw events from `messages.create(stream=True)` are accumulated by hand with list joins: the SDK's
+`messages.stream()` helper re-folds a snapshot on every delta and costs ~2.5× more per event
+(reference/performance.md §3). Tool input JSON is parsed once, at its block's stop."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anthropic
+
+from general_agent_server.core.model import (
+    Credential,
+    MessageComplete,
+    ModelCallError,
+    ModelRequest,
+    ModelStreamEvent,
+    TextDelta,
+    ThinkingBlockEnd,
+    ThinkingDelta,
+)
+from general_agent_server.core.redaction import scrub
+from general_agent_server.core.session import Usage
+
+
+class _Block:
+    """One content block being streamed."""
+
+    __slots__ = ("parts", "signature", "start")
+
+    def __init__(self, start: dict[str, Any]) -> None:
+        self.start = start
+        self.parts: list[str] = []
+        self.signature = ""
+
+    def finish(self) -> dict[str, Any]:
+        block_type = self.start.get("type")
+        if block_type == "text":
+            return {"type": "text", "text": "".join(self.parts)}
+        if block_type == "thinking":
+            return {"type": "thinking", "thinking": "".join(self.parts), "signature": self.signature}
+        if block_type == "tool_use":
+            raw = "".join(self.parts)
+            try:
+                tool_input = json.loads(raw) if raw else (self.start.get("input") or {})
+            except json.JSONDecodeError:
+                tool_input = {"__invalid_json__": raw}
+            return {"type": "tool_use", "id": self.start["id"], "name": self.start["name"], "input": tool_input}
+        return dict(self.start)
+
+
+class AnthropicModelClient:
+    """One AsyncAnthropic client (and connection pool) per credential, reused across calls."""
+
+    def __init__(self, *, timeout_seconds: float, max_retries: int = 2) -> None:
+        self._timeout = timeout_seconds
+        self._max_retries = max_retries
+        self._clients: dict[tuple[str, str], anthropic.AsyncAnthropic] = {}
+
+    def _client(self, credential: Credential) -> anthropic.AsyncAnthropic:
+        # Keyed by a hash so the key itself is not kept twice in memory structures that might be dumped.
+        key = (hashlib.sha256(credential.api_key.encode()).hexdigest(), credential.base_url or "")
+        client = self._clients.get(key)
+        if client is None:
+            client = anthropic.AsyncAnthropic(
+                api_key=credential.api_key,
+                base_url=credential.base_url,
+                timeout=self._timeout,
+                max_retries=self._max_retries,
+                # A compressed SSE stream can hold every event until the end of generation.
+                default_headers={"accept-encoding": "identity"},
+            )
+            self._clients[key] = client
+        return client
+
+    async def close(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.close()
+
+    async def stream(self, request: ModelRequest, credential: Credential) -> AsyncIterator[ModelStreamEvent]:
+        params: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": request.max_tokens,
+            "messages": request.messages,
+        }
+        if request.system:
+            params["system"] = request.system
+        if request.tools:
+            params["tools"] = request.tools
+        if request.thinking is not None:
+            params["thinking"] = request.thinking
+        client = self._client(credential)
+        usage: dict[str, int] = {}
+        request_id = ""
+        try:
+            stream = await client.messages.create(**params, stream=True)
+        except anthropic.APIError as exc:
+            raise _call_error(exc, credential) from None
+        blocks: dict[int, _Block] = {}
+        stop_reason: str | None = None
+        try:
+            request_id = stream.response.headers.get("request-id", "") or ""
+            async for event in stream:
+                etype = event.type
+                if etype == "content_block_delta":
+                    delta = event.delta
+                    block = blocks[event.index]
+                    if delta.type == "text_delta":
+                        block.parts.append(delta.text)
+                        yield TextDelta(text=delta.text)
+                    elif delta.type == "thinking_delta":
+                        block.parts.append(delta.thinking)
+                        yield ThinkingDelta(text=delta.thinking)
+                    elif delta.type == "input_json_delta":
+                        block.parts.append(delta.partial_json)
+                    elif delta.type == "signature_delta":
+                        block.signature += delta.signature
+                elif etype == "content_block_start":
+                    blocks[event.index] = _Block(event.content_block.model_dump(mode="json"))
+                elif etype == "content_block_stop":
+                    block_type = blocks[event.index].start.get("type")
+                    if block_type in ("thinking", "redacted_thinking"):
+                        yield ThinkingBlockEnd()
+                elif etype == "message_start":
+                    _merge_usage(usage, event.message.usage.model_dump())
+                elif etype == "message_delta":
+                    stop_reason = event.delta.stop_reason or stop_reason
+                    _merge_usage(usage, event.usage.model_dump())
+        except anthropic.APIError as exc:
+            raise _call_error(exc, credential, usage=usage, request_id=request_id) from None
+        except asyncio.CancelledError:
+            await stream.close()
+            raise
+        finally:
+            await stream.close()
+        content = [blocks[i].finish() for i in sorted(blocks)]
+        yield MessageComplete(content=content, stop_reason=stop_reason, usage=_usage(usage), request_id=request_id)
+
+
+def _merge_usage(into: dict[str, int], update: dict[str, Any]) -> None:
+    for key in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
+        value = update.get(key)
+        if isinstance(value, int) and value:
+            into[key] = value
+
+
+def _usage(raw: dict[str, int]) -> Usage:
+    return Usage(
+        input_tokens=raw.get("input_tokens", 0),
+        output_tokens=raw.get("output_tokens", 0),
+        cache_read_input_tokens=raw.get("cache_read_input_tokens", 0),
+        cache_creation_input_tokens=raw.get("cache_creation_input_tokens", 0),
+        model_calls=1,
+    )
+
+
+def _call_error(
+    exc: anthropic.APIError, credential: Credential, *, usage: dict[str, int] | None = None, request_id: str = ""
+) -> ModelCallError:
+    status: int | None = None
+    message = str(exc.message) if getattr(exc, "message", None) else str(exc)
+    if isinstance(exc, anthropic.APIStatusError):
+        status = exc.status_code
+        request_id = exc.request_id or request_id
+        message = exc.api_message or message
+    return ModelCallError(
+        scrub(message, (credential.api_key,)),
+        http_status=status,
+        provider_request_id=request_id,
+        timeout=isinstance(exc, anthropic.APITimeoutError),
+        partial_usage=_usage(usage or {}),
+    )

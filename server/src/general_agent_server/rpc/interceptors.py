@@ -1,0 +1,106 @@
+"""Request id and access logging for every RPC. The request id (from `x-request-id`, else generated)
+lives in a ContextVar so every log line of the call carries it. Bodies are never logged."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+logger = logging.getLogger("general_agent_server.access")
+
+_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
+
+
+def current_request_id() -> str:
+    return _request_id.get()
+
+
+def _incoming_request_id(details: grpc.HandlerCallDetails) -> str:
+    for key, value in details.invocation_metadata or ():
+        if key == "x-request-id" and isinstance(value, str) and 0 < len(value) <= 128:
+            return value
+    return uuid.uuid4().hex
+
+
+class RequestContextInterceptor(grpc.aio.ServerInterceptor):
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method = handler_call_details.method
+        request_id = _incoming_request_id(handler_call_details)
+        h: Any = handler
+        if h.unary_unary is not None:
+            return h._replace(unary_unary=_wrap_unary(h.unary_unary, method, request_id))
+        if h.unary_stream is not None:
+            return h._replace(unary_stream=_wrap_stream(h.unary_stream, method, request_id))
+        if h.stream_stream is not None:
+            return h._replace(stream_stream=_wrap_stream(h.stream_stream, method, request_id))
+        if h.stream_unary is not None:
+            return h._replace(stream_unary=_wrap_unary(h.stream_unary, method, request_id))
+        return handler
+
+
+def _log(method: str, context: Any, started: float, error: BaseException | None) -> None:
+    code = context.code()
+    if error is not None and code is None:
+        code = grpc.StatusCode.CANCELLED if isinstance(error, asyncio.CancelledError) else grpc.StatusCode.UNKNOWN
+    name = code.name if isinstance(code, grpc.StatusCode) else ("OK" if code is None else str(code))
+    logger.info(
+        "%s %s %.1fms",
+        method,
+        name,
+        (time.perf_counter() - started) * 1000,
+        extra={"category": "system", "rpc": method, "code": name},
+    )
+
+
+def _wrap_unary(behavior: Any, method: str, request_id: str) -> Any:
+    async def wrapped(request: Any, context: Any) -> Any:
+        token = _request_id.set(request_id)
+        started = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            return await behavior(request, context)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            _log(method, context, started, error)
+            # A stream closed from another task runs this in another context.
+            with contextlib.suppress(ValueError):
+                _request_id.reset(token)
+
+    return wrapped
+
+
+def _wrap_stream(behavior: Any, method: str, request_id: str) -> Any:
+    async def wrapped(request: Any, context: Any) -> AsyncIterator[Any]:
+        token = _request_id.set(request_id)
+        started = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            async for item in behavior(request, context):
+                yield item
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            _log(method, context, started, error)
+            # A stream closed from another task runs this in another context.
+            with contextlib.suppress(ValueError):
+                _request_id.reset(token)
+
+    return wrapped

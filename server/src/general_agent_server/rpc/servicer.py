@@ -1,0 +1,220 @@
+"""AgentService over the core. Each method converts its request, calls the core, converts the answer;
+errors leave through rpc.errors.abort. RPCs of capabilities this build does not serve yet answer
+UNIMPLEMENTED with ErrorInfo naming the capability."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+import general_agent_server
+from general_agent.v1 import agent_service_pb2 as api
+from general_agent.v1 import agent_service_pb2_grpc as api_grpc
+from general_agent_server.core.errors import invalid_argument, not_implemented
+from general_agent_server.core.service import AgentCore, CallContext, OnDisconnect, TurnOptions
+from general_agent_server.core.session import DEFAULT_TENANT
+from general_agent_server.rpc import convert
+from general_agent_server.rpc.errors import abort
+from general_agent_server.rpc.interceptors import current_request_id
+
+Context = grpc.aio.ServicerContext[Any, Any]
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+# Capabilities this build serves, reported by GetServerInfo.
+CAPABILITIES = ("sessions", "streaming_turns", "watch", "idempotency", "transcript")
+
+# RPC → the capability (and later release) that provides it.
+UNIMPLEMENTED_RPCS: dict[str, str] = {
+    "ForkSession": "fork",
+    "SubmitHostedToolResult": "hosted_tools",
+    "RunSession": "run_session",
+    "InjectMessage": "steering",
+    "RequestStop": "run_control",
+    "ClearStop": "run_control",
+    "CancelRun": "run_control",
+    "RequestCompaction": "compaction",
+    "MaybeCompactByTokens": "compaction",
+    "ListCheckpoints": "checkpoints",
+    "RestoreCheckpoint": "checkpoints",
+    "SetMcpServers": "mcp",
+    "GetMcpServers": "mcp",
+    "ToggleMcpServer": "mcp",
+    "GetMcpStatus": "mcp",
+    "RegisterHooks": "hooks",
+    "UnregisterHooks": "hooks",
+    "ListHookRegistrations": "hooks",
+    "EmitHook": "hooks",
+}
+
+
+def call_context(context: Context) -> CallContext:
+    return CallContext(tenant=DEFAULT_TENANT, request_id=current_request_id())
+
+
+def unary(fn: Callable[[Any, Req, Context], Awaitable[Resp]]) -> Callable[[Any, Req, Context], Awaitable[Resp]]:
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Req, context: Context) -> Resp:
+        try:
+            return await fn(self, request, context)
+        except Exception as exc:  # every error leaves through one function
+            await abort(context, exc)
+
+    return wrapper
+
+
+def server_stream(
+    fn: Callable[[Any, Req, Context], AsyncIterator[Resp]],
+) -> Callable[[Any, Req, Context], AsyncIterator[Resp]]:
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Req, context: Context) -> AsyncIterator[Resp]:
+        try:
+            async for item in fn(self, request, context):
+                yield item
+        except Exception as exc:
+            await abort(context, exc)
+
+    return wrapper
+
+
+class AgentServicer(api_grpc.AgentServiceServicer):
+    def __init__(self, core: AgentCore) -> None:
+        self._core = core
+
+    # ------------------------------------------------------------------ sessions
+    @unary
+    async def CreateSession(self, request: api.CreateSessionRequest, context: Context) -> api.CreateSessionResponse:
+        if not request.HasField("session"):
+            raise invalid_argument("session", "is required")
+        view = await self._core.create_session(
+            call_context(context),
+            identity=convert.identity_from_proto(request.session.identity, "session.identity"),
+            config=convert.config_from_proto(request.session),
+            api_key=request.api_key,
+            idem=convert.idempotency(request),
+        )
+        return api.CreateSessionResponse(session=convert.session_to_proto(view))
+
+    @unary
+    async def GetSession(self, request: api.GetSessionRequest, context: Context) -> api.GetSessionResponse:
+        view = await self._core.get_session(call_context(context), request.session_id)
+        return api.GetSessionResponse(session=convert.session_to_proto(view))
+
+    @unary
+    async def ListSessions(self, request: api.ListSessionsRequest, context: Context) -> api.ListSessionsResponse:
+        views, token = await self._core.list_sessions(
+            call_context(context),
+            convert.query_from_proto(request),
+            page_size=request.page_size,
+            page_token=request.page_token,
+        )
+        return api.ListSessionsResponse(sessions=[convert.session_to_proto(v) for v in views], next_page_token=token)
+
+    @unary
+    async def DeleteSession(self, request: api.DeleteSessionRequest, context: Context) -> api.DeleteSessionResponse:
+        deleted = await self._core.delete_session(call_context(context), request.session_id)
+        return api.DeleteSessionResponse(deleted=deleted)
+
+    @unary
+    async def ResumeSession(self, request: api.ResumeSessionRequest, context: Context) -> api.ResumeSessionResponse:
+        view = await self._core.resume_session(
+            call_context(context), request.session_id, convert.overrides_from_proto(request.overrides)
+        )
+        return api.ResumeSessionResponse(session=convert.session_to_proto(view))
+
+    @unary
+    async def ContinueSession(
+        self, request: api.ContinueSessionRequest, context: Context
+    ) -> api.ContinueSessionResponse:
+        if not request.HasField("identity"):
+            raise invalid_argument("identity", "is required")
+        view = await self._core.continue_session(
+            call_context(context),
+            convert.identity_from_proto(request.identity, "identity"),
+            convert.overrides_from_proto(request.overrides),
+        )
+        return api.ContinueSessionResponse(session=convert.session_to_proto(view))
+
+    @unary
+    async def ResetSession(self, request: api.ResetSessionRequest, context: Context) -> api.ResetSessionResponse:
+        view = await self._core.reset_session(call_context(context), request.session_id, request.reason)
+        return api.ResetSessionResponse(session=convert.session_to_proto(view))
+
+    @unary
+    async def GetSessionHistory(
+        self, request: api.GetSessionHistoryRequest, context: Context
+    ) -> api.GetSessionHistoryResponse:
+        entries, token = await self._core.get_history(
+            call_context(context), request.session_id, page_size=request.page_size, page_token=request.page_token
+        )
+        return api.GetSessionHistoryResponse(
+            entries=[convert.transcript_to_proto(e) for e in entries], next_page_token=token
+        )
+
+    # ------------------------------------------------------------------ streams
+    @server_stream
+    async def StreamTurn(
+        self, request: api.StreamTurnRequest, context: Context
+    ) -> AsyncIterator[api.StreamTurnResponse]:
+        on_disconnect = (
+            OnDisconnect.CONTINUE if request.options.on_disconnect == api.ON_DISCONNECT_CONTINUE else OnDisconnect.CANCEL
+        )
+        if request.options.busy_policy not in (api.BUSY_POLICY_UNSPECIFIED, api.BUSY_POLICY_REJECT):
+            raise not_implemented("busy_policy", "options.busy_policy other than REJECT")
+        events = self._core.stream_turn(
+            call_context(context),
+            request.session_id,
+            convert.parts_from_proto(request.input, "input"),
+            options=TurnOptions(on_disconnect=on_disconnect),
+            idem=convert.idempotency(request),
+        )
+        async for event in events:
+            yield api.StreamTurnResponse(event=convert.event_to_proto(event))
+
+    @server_stream
+    async def WatchSession(
+        self, request: api.WatchSessionRequest, context: Context
+    ) -> AsyncIterator[api.WatchSessionResponse]:
+        after = request.after_sequence if request.HasField("after_sequence") else None
+        async for event in self._core.watch(call_context(context), request.session_id, after):
+            yield api.WatchSessionResponse(event=convert.event_to_proto(event))
+
+    # ------------------------------------------------------------------ info
+    @unary
+    async def GetServerInfo(self, request: api.GetServerInfoRequest, context: Context) -> api.GetServerInfoResponse:
+        settings = self._core.settings
+        return api.GetServerInfoResponse(
+            version=general_agent_server.__version__,
+            api_version=general_agent_server.API_VERSION,
+            capabilities=list(CAPABILITIES),
+            default_model_ref=settings.default_model_ref,
+            limits=api.ServerLimits(
+                max_image_bytes=settings.max_image_bytes,
+                max_message_bytes=settings.max_message_bytes,
+            ),
+        )
+
+    # ------------------------------------------------------------------ later capabilities
+    async def SubmitHostedToolResult(self, request: Any, context: Context) -> AsyncIterator[Any]:
+        await abort(context, not_implemented(UNIMPLEMENTED_RPCS["SubmitHostedToolResult"], "SubmitHostedToolResult"))
+        yield  # pragma: no cover  (makes this an async generator, as the stream handler must be)
+
+    async def RunSession(self, request_iterator: Any, context: Context) -> AsyncIterator[Any]:
+        await abort(context, not_implemented(UNIMPLEMENTED_RPCS["RunSession"], "RunSession"))
+        yield  # pragma: no cover
+
+
+def _unimplemented_unary(name: str, capability: str) -> Callable[..., Awaitable[Any]]:
+    async def method(self: AgentServicer, request: Any, context: Context) -> Any:
+        await abort(context, not_implemented(capability, name))
+
+    method.__name__ = name
+    return method
+
+
+for _name, _capability in UNIMPLEMENTED_RPCS.items():
+    if _name not in ("SubmitHostedToolResult", "RunSession"):
+        setattr(AgentServicer, _name, _unimplemented_unary(_name, _capability))

@@ -1,0 +1,1 @@
+"""Durable state: the SessionStore port and its SQLite adapter."""

@@ -1,0 +1,78 @@
+"""Forward-only schema migrations, tracked in PRAGMA user_version. Never edit a released step: add one."""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: sessions, model history, transcript, event log, runs, idempotency keys.
+    """
+    CREATE TABLE sessions (
+        tenant TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        session_key TEXT NOT NULL,
+        mode TEXT NOT NULL,
+        parent_session_id TEXT NOT NULL DEFAULT '',
+        state TEXT NOT NULL,
+        config_json TEXT NOT NULL,
+        labels_json TEXT NOT NULL,
+        runtime_json TEXT NOT NULL,
+        last_sequence INTEGER NOT NULL,
+        sequence_reserved INTEGER NOT NULL,
+        history_message_count INTEGER NOT NULL,
+        create_time_us INTEGER NOT NULL,
+        update_time_us INTEGER NOT NULL,
+        version INTEGER NOT NULL,
+        lease_owner TEXT NOT NULL DEFAULT '',
+        lease_expires_us INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (tenant, session_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX sessions_by_update ON sessions (tenant, update_time_us DESC, session_id);
+    CREATE TABLE history (
+        tenant TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        idx INTEGER NOT NULL,
+        run_id TEXT NOT NULL,
+        format_version INTEGER NOT NULL,
+        message_json TEXT NOT NULL,
+        PRIMARY KEY (tenant, session_id, idx)
+    ) WITHOUT ROWID;
+    CREATE TABLE transcript (
+        entry_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        tenant TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        sequence INTEGER NOT NULL,
+        run_id TEXT NOT NULL,
+        timestamp_us INTEGER NOT NULL,
+        entry_json TEXT NOT NULL
+    );
+    CREATE INDEX transcript_by_session ON transcript (tenant, session_id, entry_id);
+    CREATE TABLE events (
+        tenant TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        sequence INTEGER NOT NULL,
+        run_id TEXT NOT NULL,
+        create_time_us INTEGER NOT NULL,
+        body_json TEXT NOT NULL,
+        PRIMARY KEY (tenant, session_id, sequence)
+    ) WITHOUT ROWID;
+    CREATE TABLE runs (
+        tenant TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        request_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        record_json TEXT NOT NULL,
+        PRIMARY KEY (tenant, session_id, run_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX runs_by_request ON runs (tenant, session_id, request_id) WHERE request_id != '';
+    CREATE INDEX runs_by_status ON runs (status) WHERE status != 'FINISHED';
+    CREATE TABLE idempotency (
+        tenant TEXT NOT NULL,
+        rpc TEXT NOT NULL,
+        request_id TEXT NOT NULL,
+        body_hash TEXT NOT NULL,
+        result_json TEXT NOT NULL,
+        create_time_us INTEGER NOT NULL,
+        PRIMARY KEY (tenant, rpc, request_id)
+    ) WITHOUT ROWID;
+    """,
+)

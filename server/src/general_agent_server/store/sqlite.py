@@ -1,0 +1,644 @@
+"""The default SessionStore: one SQLite file through aiosqlite, WAL mode.
+
+Writes go through one writer task with group commit: batches queued within `flush_interval` (or until a
+durable write arrives) share one transaction, so a 1,000-delta turn costs a handful of commits, not a
+thousand. Reads use their own connection and see committed data only; callers that must read their own
+buffered writes call `flush()` first."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sqlite3
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from general_agent_server.core import codec
+from general_agent_server.core.events import SequencedEvent
+from general_agent_server.core.history import HistoryMessage
+from general_agent_server.core.runs import IdempotencyRecord, RunRecord, RunStatus
+from general_agent_server.core.session import (
+    SessionIdentity,
+    SessionMode,
+    SessionRecord,
+    SessionState,
+    Usage,
+)
+from general_agent_server.core.transcript import TranscriptEntry
+from general_agent_server.store.migrations import MIGRATIONS
+from general_agent_server.store.port import (
+    ListCursor,
+    SessionExistsError,
+    SessionQuery,
+    StoreError,
+    VersionConflictError,
+    WriteBatch,
+)
+
+logger = logging.getLogger(__name__)
+
+DB_FILE_NAME = "general-agent.sqlite3"
+
+
+def to_us(value: datetime) -> int:
+    return int(value.timestamp() * 1_000_000)
+
+
+def from_us(value: int) -> datetime:
+    return datetime.fromtimestamp(value / 1_000_000, tz=UTC)
+
+
+@dataclass
+class _QueuedWrite:
+    batch: WriteBatch
+    done: asyncio.Future[None] | None
+    # Session creation, deletion and leases ride the same queue as batches so they are ordered with
+    # them; the operation runs first in the batch's transaction.
+    operation: _Operation | None = None
+
+
+class SqliteSessionStore:
+    """SessionStore on SQLite (see module docstring)."""
+
+    def __init__(self, path: Path, *, flush_interval: float = 0.02) -> None:
+        self._path = path
+        self._flush_interval = flush_interval
+        self._writer: aiosqlite.Connection | None = None
+        self._reader: aiosqlite.Connection | None = None
+        self._queue: asyncio.Queue[_QueuedWrite | None] = asyncio.Queue()
+        self._urgent = asyncio.Event()
+        self._writer_task: asyncio.Task[None] | None = None
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    # ------------------------------------------------------------------ life cycle
+    async def open(self) -> None:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        # The file holds conversation content: owner-only, created so before SQLite opens it.
+        fd = os.open(self._path, os.O_CREAT | os.O_RDWR, 0o600)
+        os.close(fd)
+        self._writer = await aiosqlite.connect(self._path, isolation_level=None)
+        await self._writer.execute("PRAGMA journal_mode=WAL")
+        await self._writer.execute("PRAGMA synchronous=NORMAL")
+        await self._writer.execute("PRAGMA foreign_keys=ON")
+        await self._writer.execute("PRAGMA busy_timeout=5000")
+        await self._migrate(self._writer)
+        self._reader = await aiosqlite.connect(self._path, isolation_level=None)
+        await self._reader.execute("PRAGMA busy_timeout=5000")
+        self._writer_task = asyncio.create_task(self._write_loop(), name="sqlite-writer")
+
+    async def close(self) -> None:
+        if self._writer_task is not None:
+            await self._queue.put(None)
+            self._urgent.set()
+            await self._writer_task
+            self._writer_task = None
+        for conn in (self._reader, self._writer):
+            if conn is not None:
+                await conn.close()
+        self._reader = self._writer = None
+
+    async def _migrate(self, conn: aiosqlite.Connection) -> None:
+        async with conn.execute("PRAGMA user_version") as cur:
+            row = await cur.fetchone()
+        current = int(row[0]) if row else 0
+        if current > len(MIGRATIONS):
+            raise StoreError(
+                f"state file {self._path} has schema version {current}, newer than this server "
+                f"({len(MIGRATIONS)}); upgrade the server"
+            )
+        for version in range(current + 1, len(MIGRATIONS) + 1):
+            logger.info("migrating state schema to version %d", version, extra={"category": "system"})
+            script = MIGRATIONS[version - 1]
+            await conn.executescript(f"BEGIN;\n{script}\nPRAGMA user_version={version};\nCOMMIT;")
+
+    def _conn(self, which: aiosqlite.Connection | None) -> aiosqlite.Connection:
+        if which is None:
+            raise StoreError("store is not open")
+        return which
+
+    # ------------------------------------------------------------------ writer
+    async def write(self, batch: WriteBatch, *, durable: bool = True) -> None:
+        if self._writer_task is None:
+            raise StoreError("store is not open")
+        if not durable:
+            self._queue.put_nowait(_QueuedWrite(batch, None))
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_QueuedWrite(batch, done))
+        self._urgent.set()
+        await done
+
+    async def _run_operation(self, batch: WriteBatch, operation: _Operation) -> None:
+        if self._writer_task is None:
+            raise StoreError("store is not open")
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_QueuedWrite(batch, done, operation))
+        self._urgent.set()
+        await done
+
+    async def flush(self) -> None:
+        await self.write(WriteBatch(tenant="", session_id=""), durable=True)
+
+    async def _write_loop(self) -> None:
+        stopping = False
+        while not stopping:
+            first = await self._queue.get()
+            if first is None:
+                break
+            group = [first]
+            if first.done is None and not self._urgent.is_set():
+                # Only buffered writes so far: give more a moment to arrive, unless one must commit now.
+                try:
+                    await asyncio.wait_for(self._urgent.wait(), self._flush_interval)
+                except TimeoutError:
+                    pass
+            self._urgent.clear()
+            while not self._queue.empty():
+                item = self._queue.get_nowait()
+                if item is None:
+                    stopping = True
+                    break
+                group.append(item)
+            await self._commit_group(group)
+        # Drain anything left so no caller waits forever.
+        rest: list[_QueuedWrite] = []
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if item is not None:
+                rest.append(item)
+        if rest:
+            await self._commit_group(rest)
+
+    async def _commit_group(self, group: list[_QueuedWrite]) -> None:
+        conn = self._conn(self._writer)
+        try:
+            await conn.execute("BEGIN IMMEDIATE")
+            for item in group:
+                await self._apply(conn, item)
+            await conn.execute("COMMIT")
+        except Exception:
+            await conn.execute("ROLLBACK")
+            if len(group) == 1:
+                self._settle(group[0], _exception())
+                return
+            # Retry one by one so only the failing batch reports the error.
+            for item in group:
+                try:
+                    await conn.execute("BEGIN IMMEDIATE")
+                    await self._apply(conn, item)
+                    await conn.execute("COMMIT")
+                    self._settle(item, None)
+                except Exception as exc:
+                    await conn.execute("ROLLBACK")
+                    self._settle(item, exc)
+            return
+        for item in group:
+            self._settle(item, None)
+
+    @staticmethod
+    def _settle(item: _QueuedWrite, error: BaseException | None) -> None:
+        if item.done is None:
+            if error is not None:
+                logger.error("buffered write failed: %s", error, extra={"category": "system"})
+            return
+        if item.done.done():
+            return
+        if error is None:
+            item.done.set_result(None)
+        else:
+            item.done.set_exception(error if isinstance(error, StoreError) else StoreError(str(error)))
+
+    async def _apply(self, conn: aiosqlite.Connection, item: _QueuedWrite) -> None:
+        batch = item.batch
+        if item.operation is not None:
+            await item.operation.run(conn, batch)
+        tenant, sid = batch.tenant, batch.session_id
+        if batch.session is not None:
+            await self._update_session(conn, batch.session)
+        if batch.replace_history:
+            await conn.execute("DELETE FROM history WHERE tenant=? AND session_id=?", (tenant, sid))
+        if batch.history:
+            await conn.executemany(
+                "INSERT OR REPLACE INTO history (tenant, session_id, idx, run_id, format_version, message_json)"
+                " VALUES (?,?,?,?,?,?)",
+                [
+                    (
+                        tenant,
+                        sid,
+                        batch.history_base + i,
+                        m.run_id,
+                        m.format_version,
+                        codec.HISTORY_MESSAGE.dumps(m),
+                    )
+                    for i, m in enumerate(batch.history)
+                ],
+            )
+        if batch.clear_transcript:
+            await conn.execute("DELETE FROM transcript WHERE tenant=? AND session_id=?", (tenant, sid))
+        if batch.transcript:
+            await conn.executemany(
+                "INSERT INTO transcript (tenant, session_id, sequence, run_id, timestamp_us, entry_json)"
+                " VALUES (?,?,?,?,?,?)",
+                [
+                    (
+                        tenant,
+                        sid,
+                        e.sequence,
+                        e.run_id,
+                        to_us(e.timestamp),
+                        codec.TRANSCRIPT_BODY.dumps(e.body),
+                    )
+                    for e in batch.transcript
+                ],
+            )
+        if batch.events:
+            await conn.executemany(
+                "INSERT INTO events (tenant, session_id, sequence, run_id, create_time_us, body_json)"
+                " VALUES (?,?,?,?,?,?)",
+                [
+                    (tenant, sid, e.sequence, e.run_id, to_us(e.create_time), codec.EVENT_BODY.dumps(e.body))
+                    for e in batch.events
+                ],
+            )
+        for run in batch.runs:
+            await conn.execute(
+                "INSERT OR REPLACE INTO runs (tenant, session_id, run_id, request_id, status, record_json)"
+                " VALUES (?,?,?,?,?,?)",
+                (
+                    run.tenant,
+                    run.session_id,
+                    run.run_id,
+                    run.request_id,
+                    run.status.value,
+                    codec.RUN_RECORD.dumps(run),
+                ),
+            )
+        if batch.idempotency is not None:
+            await self._insert_idempotency(conn, batch.idempotency)
+
+    async def _update_session(self, conn: aiosqlite.Connection, record: SessionRecord) -> None:
+        cur = await conn.execute(
+            "UPDATE sessions SET session_key=?, mode=?, parent_session_id=?, state=?, config_json=?,"
+            " labels_json=?, runtime_json=?, last_sequence=?, sequence_reserved=?, history_message_count=?,"
+            " update_time_us=?, version=? WHERE tenant=? AND session_id=? AND version=?",
+            (*self._session_columns(record)[2:], record.tenant, record.session_id, record.version - 1),
+        )
+        if cur.rowcount != 1:
+            raise VersionConflictError(
+                f"session {record.session_id!r}: expected stored version {record.version - 1}"
+            )
+
+    @staticmethod
+    def _session_columns(record: SessionRecord) -> tuple[Any, ...]:
+        runtime = {
+            "active_run_id": record.active_run_id,
+            "pending_call_ids": list(record.pending_call_ids),
+            "stop_requested": record.stop_requested,
+            "usage_snapshot": codec.USAGE_SNAPSHOT.to_jsonable(record.usage_snapshot)
+            if record.usage_snapshot
+            else None,
+            "cumulative_usage": codec.USAGE.to_jsonable(record.cumulative_usage),
+            "forked_from": codec.FORK_ORIGIN.to_jsonable(record.forked_from) if record.forked_from else None,
+        }
+        return (
+            record.tenant,
+            record.session_id,
+            record.identity.session_key,
+            record.identity.mode.value,
+            record.parent_session_id,
+            record.state.value,
+            codec.SESSION_CONFIG.dumps(record.config),
+            json.dumps(dict(record.config.labels), sort_keys=True),
+            json.dumps(runtime),
+            record.last_sequence,
+            record.sequence_reserved,
+            record.history_message_count,
+            to_us(record.update_time),
+            record.version,
+        )
+
+    @staticmethod
+    def _record_from_row(row: sqlite3.Row | tuple[Any, ...]) -> SessionRecord:
+        (
+            tenant,
+            session_id,
+            session_key,
+            mode,
+            parent,
+            state,
+            config_json,
+            runtime_json,
+            last_sequence,
+            sequence_reserved,
+            history_count,
+            create_us,
+            update_us,
+            version,
+        ) = row
+        runtime = json.loads(runtime_json)
+        snapshot = runtime.get("usage_snapshot")
+        forked = runtime.get("forked_from")
+        return SessionRecord(
+            tenant=tenant,
+            identity=SessionIdentity(mode=SessionMode(mode), session_id=session_id, session_key=session_key),
+            config=codec.SESSION_CONFIG.loads(config_json),
+            create_time=from_us(create_us),
+            update_time=from_us(update_us),
+            parent_session_id=parent,
+            forked_from=codec.FORK_ORIGIN.loads(json.dumps(forked)) if forked else None,
+            state=SessionState(state),
+            active_run_id=runtime.get("active_run_id", ""),
+            pending_call_ids=tuple(runtime.get("pending_call_ids", ())),
+            stop_requested=bool(runtime.get("stop_requested", False)),
+            usage_snapshot=codec.USAGE_SNAPSHOT.loads(json.dumps(snapshot)) if snapshot else None,
+            cumulative_usage=codec.USAGE.loads(json.dumps(runtime["cumulative_usage"]))
+            if runtime.get("cumulative_usage")
+            else Usage(),
+            last_sequence=last_sequence,
+            sequence_reserved=sequence_reserved,
+            history_message_count=history_count,
+            version=version,
+        )
+
+    _SESSION_SELECT = (
+        "SELECT tenant, session_id, session_key, mode, parent_session_id, state, config_json, runtime_json,"
+        " last_sequence, sequence_reserved, history_message_count, create_time_us, update_time_us, version"
+        " FROM sessions"
+    )
+
+    # ------------------------------------------------------------------ sessions
+    async def create_session(self, record: SessionRecord, *, batch: WriteBatch | None = None) -> None:
+        create_batch = batch or WriteBatch(tenant=record.tenant, session_id=record.session_id)
+        await self._run_operation(create_batch, _InsertSession(record=record))
+
+    async def get_session(self, tenant: str, session_id: str) -> SessionRecord | None:
+        conn = self._conn(self._reader)
+        async with conn.execute(
+            self._SESSION_SELECT + " WHERE tenant=? AND session_id=?", (tenant, session_id)
+        ) as cur:
+            row = await cur.fetchone()
+        return self._record_from_row(tuple(row)) if row else None
+
+    async def list_sessions(
+        self, tenant: str, query: SessionQuery, *, after: ListCursor | None, limit: int
+    ) -> list[SessionRecord]:
+        clauses = ["tenant=?"]
+        params: list[Any] = [tenant]
+        if query.session_key_prefix:
+            clauses.append("substr(session_key, 1, ?) = ?")
+            params += [len(query.session_key_prefix), query.session_key_prefix]
+        if query.mode is not None:
+            clauses.append("mode=?")
+            params.append(query.mode.value)
+        if query.parent_session_id:
+            clauses.append("parent_session_id=?")
+            params.append(query.parent_session_id)
+        elif not query.include_children:
+            clauses.append("parent_session_id=''")
+        for key, value in sorted(query.labels.items()):
+            clauses.append("json_extract(labels_json, ?) = ?")
+            params += [f'$."{key}"', value]
+        if after is not None:
+            clauses.append("(update_time_us < ? OR (update_time_us = ? AND session_id > ?))")
+            cursor_us = to_us(after.update_time)
+            params += [cursor_us, cursor_us, after.session_id]
+        sql = (
+            self._SESSION_SELECT
+            + " WHERE "
+            + " AND ".join(clauses)
+            + " ORDER BY update_time_us DESC, session_id ASC LIMIT ?"
+        )
+        params.append(limit)
+        conn = self._conn(self._reader)
+        async with conn.execute(sql, params) as cur:
+            rows = await cur.fetchall()
+        return [self._record_from_row(tuple(r)) for r in rows]
+
+    async def delete_session(self, tenant: str, session_id: str) -> bool:
+        marker = _DeleteSession()
+        await self._run_operation(WriteBatch(tenant=tenant, session_id=session_id), marker)
+        return marker.deleted
+
+    # ------------------------------------------------------------------ reads
+    async def load_history(self, tenant: str, session_id: str) -> list[HistoryMessage]:
+        conn = self._conn(self._reader)
+        async with conn.execute(
+            "SELECT message_json FROM history WHERE tenant=? AND session_id=? ORDER BY idx",
+            (tenant, session_id),
+        ) as cur:
+            rows = await cur.fetchall()
+        return [codec.HISTORY_MESSAGE.loads(r[0]) for r in rows]
+
+    async def read_transcript(
+        self, tenant: str, session_id: str, *, after_entry_id: int, limit: int
+    ) -> list[TranscriptEntry]:
+        conn = self._conn(self._reader)
+        async with conn.execute(
+            "SELECT entry_id, sequence, run_id, timestamp_us, entry_json FROM transcript"
+            " WHERE tenant=? AND session_id=? AND entry_id>? ORDER BY entry_id LIMIT ?",
+            (tenant, session_id, after_entry_id, limit),
+        ) as cur:
+            rows = await cur.fetchall()
+        return [
+            TranscriptEntry(
+                entry_id=r[0],
+                sequence=r[1],
+                run_id=r[2],
+                timestamp=from_us(r[3]),
+                body=codec.TRANSCRIPT_BODY.loads(r[4]),
+            )
+            for r in rows
+        ]
+
+    async def count_transcript(self, tenant: str, session_id: str) -> int:
+        conn = self._conn(self._reader)
+        async with conn.execute(
+            "SELECT COUNT(*) FROM transcript WHERE tenant=? AND session_id=?", (tenant, session_id)
+        ) as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def read_events(
+        self, tenant: str, session_id: str, *, after_sequence: int, limit: int
+    ) -> list[SequencedEvent]:
+        conn = self._conn(self._reader)
+        async with conn.execute(
+            "SELECT sequence, run_id, create_time_us, body_json FROM events"
+            " WHERE tenant=? AND session_id=? AND sequence>? ORDER BY sequence LIMIT ?",
+            (tenant, session_id, after_sequence, limit),
+        ) as cur:
+            rows = await cur.fetchall()
+        return [
+            SequencedEvent(
+                sequence=r[0],
+                session_id=session_id,
+                run_id=r[1],
+                create_time=from_us(r[2]),
+                body=codec.EVENT_BODY.loads(r[3]),
+            )
+            for r in rows
+        ]
+
+    async def oldest_event_sequence(self, tenant: str, session_id: str) -> int | None:
+        conn = self._conn(self._reader)
+        async with conn.execute(
+            "SELECT MIN(sequence) FROM events WHERE tenant=? AND session_id=?", (tenant, session_id)
+        ) as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row and row[0] is not None else None
+
+    async def get_run(self, tenant: str, session_id: str, run_id: str) -> RunRecord | None:
+        return await self._one_run(
+            "SELECT record_json FROM runs WHERE tenant=? AND session_id=? AND run_id=?",
+            (tenant, session_id, run_id),
+        )
+
+    async def find_run_by_request_id(self, tenant: str, session_id: str, request_id: str) -> RunRecord | None:
+        return await self._one_run(
+            "SELECT record_json FROM runs WHERE tenant=? AND session_id=? AND request_id=?",
+            (tenant, session_id, request_id),
+        )
+
+    async def _one_run(self, sql: str, params: tuple[Any, ...]) -> RunRecord | None:
+        conn = self._conn(self._reader)
+        async with conn.execute(sql, params) as cur:
+            row = await cur.fetchone()
+        return codec.RUN_RECORD.loads(row[0]) if row else None
+
+    async def list_unfinished_runs(self) -> list[RunRecord]:
+        conn = self._conn(self._reader)
+        async with conn.execute(
+            "SELECT record_json FROM runs WHERE status != ?", (RunStatus.FINISHED.value,)
+        ) as cur:
+            rows = await cur.fetchall()
+        return [codec.RUN_RECORD.loads(r[0]) for r in rows]
+
+    # ------------------------------------------------------------------ idempotency
+    async def get_idempotency(self, tenant: str, rpc: str, request_id: str) -> IdempotencyRecord | None:
+        conn = self._conn(self._reader)
+        async with conn.execute(
+            "SELECT body_hash, result_json, create_time_us FROM idempotency WHERE tenant=? AND rpc=? AND request_id=?",
+            (tenant, rpc, request_id),
+        ) as cur:
+            row = await cur.fetchone()
+        if row is None:
+            return None
+        return IdempotencyRecord(
+            tenant=tenant,
+            rpc=rpc,
+            request_id=request_id,
+            body_hash=row[0],
+            result_json=row[1],
+            create_time=from_us(row[2]),
+        )
+
+    async def put_idempotency(self, record: IdempotencyRecord) -> None:
+        await self.write(WriteBatch(tenant=record.tenant, session_id="", idempotency=record))
+
+    @staticmethod
+    async def _insert_idempotency(conn: aiosqlite.Connection, record: IdempotencyRecord) -> None:
+        await conn.execute(
+            "INSERT OR REPLACE INTO idempotency (tenant, rpc, request_id, body_hash, result_json, create_time_us)"
+            " VALUES (?,?,?,?,?,?)",
+            (
+                record.tenant,
+                record.rpc,
+                record.request_id,
+                record.body_hash,
+                record.result_json,
+                to_us(record.create_time),
+            ),
+        )
+
+    # ------------------------------------------------------------------ leases
+    async def acquire_lease(self, tenant: str, session_id: str, owner: str, *, ttl_seconds: float) -> bool:
+        now = datetime.now(UTC)
+        now_us = to_us(now)
+        marker = _Lease(owner=owner, now_us=now_us, expires_us=now_us + int(ttl_seconds * 1_000_000))
+        await self._run_operation(WriteBatch(tenant=tenant, session_id=session_id), marker)
+        return marker.acquired
+
+    async def release_lease(self, tenant: str, session_id: str, owner: str) -> None:
+        await self._run_operation(
+            WriteBatch(tenant=tenant, session_id=session_id),
+            _Lease(owner=owner, now_us=0, expires_us=0, release=True),
+        )
+
+    async def notify(self, tenant: str, session_id: str, sequence: int) -> None:
+        return None
+
+
+# ---------------------------------------------------------------------- special writes
+
+
+@dataclass
+class _InsertSession:
+    record: SessionRecord
+
+    async def run(self, conn: aiosqlite.Connection, batch: WriteBatch) -> None:
+        r = self.record
+        cols = SqliteSessionStore._session_columns(r)
+        try:
+            await conn.execute(
+                "INSERT INTO sessions (tenant, session_id, session_key, mode, parent_session_id, state, config_json,"
+                " labels_json, runtime_json, last_sequence, sequence_reserved, history_message_count,"
+                " update_time_us, version, create_time_us) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (*cols, to_us(r.create_time)),
+            )
+        except sqlite3.IntegrityError as exc:
+            raise SessionExistsError(f"session {r.session_id!r} already exists") from exc
+
+
+@dataclass
+class _DeleteSession:
+    deleted: bool = False
+
+    async def run(self, conn: aiosqlite.Connection, batch: WriteBatch) -> None:
+        key = (batch.tenant, batch.session_id)
+        cur = await conn.execute("DELETE FROM sessions WHERE tenant=? AND session_id=?", key)
+        self.deleted = cur.rowcount == 1
+        for table in ("history", "transcript", "events", "runs"):
+            await conn.execute(f"DELETE FROM {table} WHERE tenant=? AND session_id=?", key)  # noqa: S608
+
+
+@dataclass
+class _Lease:
+    owner: str
+    now_us: int
+    expires_us: int
+    release: bool = False
+    acquired: bool = False
+
+    async def run(self, conn: aiosqlite.Connection, batch: WriteBatch) -> None:
+        key = (batch.tenant, batch.session_id)
+        if self.release:
+            await conn.execute(
+                "UPDATE sessions SET lease_owner='', lease_expires_us=0 WHERE tenant=? AND session_id=?"
+                " AND lease_owner=?",
+                (*key, self.owner),
+            )
+            return
+        cur = await conn.execute(
+            "UPDATE sessions SET lease_owner=?, lease_expires_us=? WHERE tenant=? AND session_id=?"
+            " AND (lease_owner='' OR lease_owner=? OR lease_expires_us<?)",
+            (self.owner, self.expires_us, *key, self.owner, self.now_us),
+        )
+        self.acquired = cur.rowcount == 1
+
+
+_Operation = _InsertSession | _DeleteSession | _Lease
+
+
+def _exception() -> BaseException:
+    exc = sys.exc_info()[1]
+    return exc if exc is not None else StoreError("unknown store error")
