@@ -1,0 +1,59 @@
+"""Shared fixtures: the fake Anthropic server, an in-process server on port 0, and a stub."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Awaitable
+from pathlib import Path
+import grpc
+import pytest
+
+from general_agent.testing import FakeAnthropic
+from general_agent.v1 import agent_service_pb2_grpc
+from general_agent_server.app import RunningServer, start_server
+from general_agent_server.config import load_settings
+
+TEST_API_KEY = "sk-ant-test-key-0123456789"
+
+
+@pytest.fixture
+async def fake_model() -> AsyncIterator[FakeAnthropic]:
+    async with FakeAnthropic() as fake:
+        yield fake
+
+
+ServerFactory = Callable[..., Awaitable[RunningServer]]
+
+
+@pytest.fixture
+async def server_factory(tmp_path: Path, fake_model: FakeAnthropic) -> AsyncIterator[ServerFactory]:
+    """Starts servers on port 0 with the given env overrides; all are stopped at the end."""
+    started: list[RunningServer] = []
+
+    async def factory(env: dict[str, str] | None = None, *, state_dir: Path | None = None) -> RunningServer:
+        environ = {
+            "ANTHROPIC_API_KEY": TEST_API_KEY,
+            "ANTHROPIC_BASE_URL": fake_model.base_url,
+            "GENERAL_AGENT_LISTEN": "127.0.0.1:0",
+            "GENERAL_AGENT_STATE_DIR": str(state_dir or tmp_path / "state"),
+            "GENERAL_AGENT_MODEL_MAX_RETRIES": "0",
+            "GENERAL_AGENT_SHUTDOWN_GRACE": "2",
+        }
+        environ.update(env or {})
+        server = await start_server(load_settings(None, environ))
+        started.append(server)
+        return server
+
+    yield factory
+    for server in reversed(started):
+        await server.stop(grace=1.0)
+
+
+@pytest.fixture
+async def server(server_factory: ServerFactory) -> RunningServer:
+    return await server_factory()
+
+
+@pytest.fixture
+async def stub(server: RunningServer) -> AsyncIterator[agent_service_pb2_grpc.AgentServiceStub]:
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        yield agent_service_pb2_grpc.AgentServiceStub(channel)

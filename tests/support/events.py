@@ -1,0 +1,32 @@
+"""Helpers to assert on event streams independent of delta coalescing (consecutive deltas of one kind
+may arrive merged when the consumer lags)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+def kinds(events: Iterable[Any]) -> list[str]:
+    """Event kinds with runs of the same delta kind collapsed to one."""
+    out: list[str] = []
+    for event in events:
+        kind = event.WhichOneof("event")
+        if kind in ("assistant_delta", "reasoning_delta") and out and out[-1] == kind:
+            continue
+        out.append(kind)
+    return out
+
+
+def text_of(events: Iterable[Any], kind: str = "assistant_delta") -> str:
+    return "".join(getattr(e, kind).text for e in events if e.WhichOneof("event") == kind)
+
+
+def last_of(events: list[Any], kind: str) -> Any:
+    matching = [getattr(e, kind) for e in events if e.WhichOneof("event") == kind]
+    assert matching, f"no {kind} event in {kinds(events)}"
+    return matching[-1]
+
+
+def sequences(events: Iterable[Any]) -> list[int]:
+    return [int(e.sequence) for e in events]

@@ -1,0 +1,91 @@
+"""`general-agent serve` as a real subprocess in its own process group, for restart and
+other-language tests. The fixture waits for the ready file (written once health is SERVING) and kills
+the whole group at the end, so nothing leaks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+
+
+@dataclass
+class ServerProcess:
+    state_dir: Path
+    env: dict[str, str]
+    log_path: Path
+    extra_args: list[str] = field(default_factory=list)
+    process: subprocess.Popen[bytes] | None = None
+    address: str = ""
+
+    def start(self, timeout: float = 30.0) -> str:
+        ready = self.state_dir / f"ready-{time.monotonic_ns()}.json"
+        command = [
+            str(VENV_BIN / "general-agent"),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+            str(self.state_dir),
+            "--ready-file",
+            str(ready),
+            *self.extra_args,
+        ]
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.state_dir
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log()}")
+            if ready.exists():
+                self.address = str(json.loads(ready.read_text())["address"])
+                return self.address
+            time.sleep(0.02)
+        self.kill()
+        raise RuntimeError(f"server not ready after {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def signal(self, signum: int) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signum)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (a crash, as far as the server can tell)."""
+        if self.process is None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(timeout=10)
+
+    def terminate(self, timeout: float = 20.0) -> int:
+        """SIGTERM and wait for a graceful exit; returns the exit code."""
+        assert self.process is not None
+        self.signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+
+def server_env(base_url: str, *, api_key: str = "sk-ant-test-key-0000", extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GENERAL_AGENT_", "ANTHROPIC_"))}
+    env.update({"ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": api_key, "PYTHONUNBUFFERED": "1"})
+    env.update(extra or {})
+    return env
