@@ -1,0 +1,106 @@
+"""Fixtures for end-to-end tests that drive a real `general-agent serve` subprocess from other processes
+(the Go and TypeScript smoke programs, grpcurl).
+
+The fake model runs in a thread (`FakeAnthropicThread`) because the server under test is a separate
+process with no access to the test's event loop. Missing toolchains fail the test with a pointer to
+`make install` rather than skipping it: a skipped cross-language check is a silently missing check.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from general_agent.testing import FakeAnthropicThread
+from tests.support.subprocess_server import ServerProcess, server_env
+
+REPO = Path(__file__).resolve().parents[2]
+GO_CLIENT_DIR = REPO / "clients" / "go"
+TS_CLIENT_DIR = REPO / "clients" / "ts"
+TSX = TS_CLIENT_DIR / "node_modules" / ".bin" / "tsx"
+GRPCURL = REPO / ".bin" / "grpcurl"
+
+INSTALL_HINT = "run `make install` from the repository root"
+
+
+def require_executable(name: str) -> str:
+    """The path of `name` on PATH; fails the test (never skips) when it is missing."""
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"`{name}` is not on PATH; install it and {INSTALL_HINT}", pytrace=False)
+    return found
+
+
+def require_file(path: Path, what: str) -> Path:
+    """`path` if it is an executable file; fails the test (never skips) otherwise."""
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.fail(f"{what} not found at {path}; {INSTALL_HINT}", pytrace=False)
+    return path
+
+
+def describe_run(result: subprocess.CompletedProcess[str], server: ServerProcess | None = None) -> str:
+    """A failure message with everything needed to debug a client run (and the server log, if any)."""
+    text = (
+        f"command: {result.args!r}\nexit code: {result.returncode}\n"
+        f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
+    )
+    if server is not None:
+        text += f"\n--- server log ---\n{server.log()}"
+    return text
+
+
+@pytest.fixture
+def fake_model_thread() -> Iterator[FakeAnthropicThread]:
+    """A fake Anthropic API on its own thread; replies "ok" unless a test enqueues something else."""
+    fake = FakeAnthropicThread()
+    fake.start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+@pytest.fixture
+def server_process(tmp_path: Path, fake_model_thread: FakeAnthropicThread) -> Iterator[ServerProcess]:
+    """A started `general-agent serve` subprocess (state in tmp_path) talking to the fake model.
+
+    Its process group is SIGKILLed at teardown, also when the test (or the start) failed.
+    """
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    server = ServerProcess(
+        state_dir=state_dir, env=server_env(fake_model_thread.base_url), log_path=tmp_path / "server.log"
+    )
+    try:
+        server.start()
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture(scope="session")
+def go_smoke_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Go smoke program (clients/go/cmd/smoke), built once per test session."""
+    go = require_executable("go")
+    out = tmp_path_factory.mktemp("go-smoke") / "smoke"
+    env = {**os.environ, "GOFLAGS": "-mod=mod"}
+    try:
+        result = subprocess.run(
+            [go, "build", "-o", str(out), "./cmd/smoke"],
+            cwd=GO_CLIENT_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"`go build ./cmd/smoke` timed out after {exc.timeout}s; {INSTALL_HINT}", pytrace=False)
+    if result.returncode != 0 or not out.is_file():
+        pytest.fail(f"`go build ./cmd/smoke` failed ({INSTALL_HINT}):\n{describe_run(result)}", pytrace=False)
+    return out
