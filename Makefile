@@ -20,6 +20,10 @@ GRPCURL_VERSION := v1.9.3
 
 PY_GEN_OUT := clients/python/src
 PROTO_FILES := $(sort $(wildcard proto/general_agent/v1/*.proto))
+SERVICE_PROTO_FILES := $(sort $(wildcard proto/general_agent/v1/*_service.proto))
+# grpc_tools' protoc, so the gencode matches the protobuf runtime exactly.
+PROTOC = $(PY) -m grpc_tools.protoc -I proto -I third_party/googleapis \
+	-I $$($(PY) -c 'import grpc_tools, os; print(os.path.join(os.path.dirname(grpc_tools.__file__), "_proto"))')
 GOOGLEAPIS_PROTOS := google/api/field_behavior.proto google/rpc/status.proto google/rpc/error_details.proto
 BREAKING_AGAINST ?= .git\#branch=main
 PYTEST_ARGS ?=
@@ -33,7 +37,7 @@ $(VENV)/.installed: requirements-dev.txt server/pyproject.toml clients/python/py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-dev.txt
-	$(PY) -m pip install -q -e clients/python -e server
+	$(PY) -m pip install -q -e 'clients/python[testing]' -e server
 	@touch $@
 
 node_modules/.installed: package.json package-lock.json clients/ts/package.json clients/ts/package-lock.json
@@ -65,11 +69,8 @@ vendor-protos: $(VENV)/.installed ## Copy the googleapis protos from the googlea
 .PHONY: generate
 generate: $(VENV)/.installed node_modules/.installed $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc vendor-protos ## Regenerate the Python, Go and TypeScript code.
 	rm -rf $(PY_GEN_OUT)/general_agent/v1/*_pb2*.py* clients/go/gen clients/ts/src/gen
-	$(PY) -m grpc_tools.protoc -I proto -I third_party/googleapis \
-		-I $$($(PY) -c 'import grpc_tools, os; print(os.path.join(os.path.dirname(grpc_tools.__file__), "_proto"))') \
-		--python_out=$(PY_GEN_OUT) --mypy_out=$(PY_GEN_OUT) \
-		--grpc_python_out=$(PY_GEN_OUT) --mypy_grpc_out=$(PY_GEN_OUT) \
-		$(patsubst proto/%,%,$(PROTO_FILES))
+	$(PROTOC) --python_out=$(PY_GEN_OUT) --mypy_out=$(PY_GEN_OUT) $(patsubst proto/%,%,$(PROTO_FILES))
+	$(PROTOC) --grpc_python_out=$(PY_GEN_OUT) --mypy_grpc_out=$(PY_GEN_OUT) $(patsubst proto/%,%,$(SERVICE_PROTO_FILES))
 	buf generate --path proto/general_agent
 	cd clients/go && go mod tidy
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+
 import grpc
 import pytest
-
 from general_agent.testing import FakeAnthropic
 from general_agent.v1 import agent_service_pb2_grpc
 from general_agent_server.app import RunningServer, start_server
@@ -54,6 +54,6 @@ async def server(server_factory: ServerFactory) -> RunningServer:
 
 
 @pytest.fixture
-async def stub(server: RunningServer) -> AsyncIterator[agent_service_pb2_grpc.AgentServiceStub]:
+async def stub(server: RunningServer) -> AsyncIterator[agent_service_pb2_grpc.AgentServiceAsyncStub]:
     async with grpc.aio.insecure_channel(server.address) as channel:
         yield agent_service_pb2_grpc.AgentServiceStub(channel)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-
 from general_agent.testing import FakeAnthropicThread, HangReply, TextReply
 from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import event_pb2, session_pb2
+from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2
+
 from tests.support.events import last_of, text_of
 from tests.support.rpc import Stub, create_session, events_after, stream_turn, text_input
 from tests.support.subprocess_server import ServerProcess, server_env
@@ -36,7 +36,7 @@ async def test_history_survives_sigkill_and_resume(make_server: ServerProcess, f
     address = make_server.start()
     fake.enqueue(TextReply("The code word is BLUE."))
     async with grpc.aio.insecure_channel(address) as channel:
-        stub = Stub(channel)
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         session = await create_session(stub, system_prompt="remember things")
         sid = session.identity.session_id
         first = await stream_turn(stub, sid, "Remember the code word.")
@@ -46,7 +46,7 @@ async def test_history_survives_sigkill_and_resume(make_server: ServerProcess, f
     address = make_server.start()
     fake.enqueue(TextReply("It was BLUE."))
     async with grpc.aio.insecure_channel(address) as channel:
-        stub = Stub(channel)
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         resumed = (await stub.ResumeSession(api.ResumeSessionRequest(session_id=sid))).session
         assert resumed.history_message_count == 2
         assert resumed.state == session_pb2.SESSION_STATE_IDLE
@@ -65,12 +65,14 @@ async def test_history_survives_sigkill_and_resume(make_server: ServerProcess, f
     ]
 
 
-async def test_a_run_killed_mid_stream_is_marked_interrupted(make_server: ServerProcess, fake: FakeAnthropicThread) -> None:
+async def test_a_run_killed_mid_stream_is_marked_interrupted(
+    make_server: ServerProcess, fake: FakeAnthropicThread
+) -> None:
     address = make_server.start()
     hang = HangReply(after_events=4, reply=TextReply("never finished", chunks=["never ", "finished"]))
     fake.enqueue(hang)
     async with grpc.aio.insecure_channel(address) as channel:
-        stub = Stub(channel)
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         sid = (await create_session(stub)).identity.session_id
         call = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("start")))
         seen = []
@@ -84,7 +86,7 @@ async def test_a_run_killed_mid_stream_is_marked_interrupted(make_server: Server
 
     address = make_server.start()
     async with grpc.aio.insecure_channel(address) as channel:
-        stub = Stub(channel)
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         session = (await stub.GetSession(api.GetSessionRequest(session_id=sid))).session
         assert session.state == session_pb2.SESSION_STATE_IDLE
         log = await events_after(stub, sid, 0, session.last_sequence)
@@ -103,7 +105,7 @@ async def test_a_run_killed_mid_stream_is_marked_interrupted(make_server: Server
 async def test_sigterm_shuts_down_gracefully(make_server: ServerProcess, fake: FakeAnthropicThread) -> None:
     address = make_server.start()
     async with grpc.aio.insecure_channel(address) as channel:
-        stub = Stub(channel)
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         sid = (await create_session(stub)).identity.session_id
         await stream_turn(stub, sid, "hello")
     assert make_server.terminate() == 0

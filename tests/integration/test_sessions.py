@@ -7,11 +7,11 @@ import uuid
 from pathlib import Path
 
 import grpc
-
 from general_agent.testing import FakeAnthropic, TextReply
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import session_pb2, tool_pb2
 from general_agent_server.app import RunningServer
+
 from tests.support.rpc import Stub, create_session, rpc_error, stream_turn
 
 
@@ -23,16 +23,15 @@ async def test_create_generates_a_uuid_and_persists_at_once(stub: Stub, server: 
     assert session.model_ref == "anthropic/claude-sonnet-4-6"  # the server default
     assert session.transcript_path.endswith(f"/transcripts/default/{session.identity.session_id}.jsonl")
     stored = await server.store.get_session("default", session.identity.session_id)
-    assert stored is not None and stored.config.system_prompt == "be brief"
+    assert stored is not None
+    assert stored.config.system_prompt == "be brief"
     fetched = (await stub.GetSession(api.GetSessionRequest(session_id=session.identity.session_id))).session
     assert fetched == session
 
 
 async def test_explicit_id_and_already_exists(stub: Stub) -> None:
     await create_session(stub, identity=session_pb2.SessionIdentity(session_id="chat-1", session_key="k"))
-    error = await rpc_error(
-        create_session(stub, identity=session_pb2.SessionIdentity(session_id="chat-1"))
-    )
+    error = await rpc_error(create_session(stub, identity=session_pb2.SessionIdentity(session_id="chat-1")))
     assert error.code == grpc.StatusCode.ALREADY_EXISTS
     assert error.reason == "SESSION_ALREADY_EXISTS"
     assert error.metadata["session_id"] == "chat-1"
@@ -118,7 +117,9 @@ async def test_list_is_newest_first_paged_and_filtered(stub: Stub) -> None:
     assert {s.identity.session_id for s in by_label.sessions} == {ids[0], ids[2], ids[4]}
     first = await stub.ListSessions(api.ListSessionsRequest(page_size=1))
     error = await rpc_error(
-        stub.ListSessions(api.ListSessionsRequest(page_size=1, page_token=first.next_page_token, labels={"parity": "0"}))
+        stub.ListSessions(
+            api.ListSessionsRequest(page_size=1, page_token=first.next_page_token, labels={"parity": "0"})
+        )
     )
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PAGE_TOKEN")
     error = await rpc_error(stub.ListSessions(api.ListSessionsRequest(page_token="garbage!")))
@@ -187,11 +188,22 @@ async def test_reset_clears_history_and_keeps_numbering(stub: Stub, fake_model: 
     second = await stream_turn(stub, sid, "what number?")
     assert second[0].sequence > first[-1].sequence + 1  # the session_reset event sits between
     assert fake_model.requests[-1].messages == [
-        {"role": "user", "content": [{"type": "text", "text": "what number?", "cache_control": {"type": "ephemeral"}}]}
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "what number?", "cache_control": {"type": "ephemeral"}}],
+        }
     ]
     history = await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid))
     kinds = [e.WhichOneof("entry") for e in history.entries]
-    assert kinds == ["system_prompt", "message", "assistant", "session_reset", "system_prompt", "message", "assistant"]
+    assert kinds == [
+        "system_prompt",
+        "message",
+        "assistant",
+        "session_reset",
+        "system_prompt",
+        "message",
+        "assistant",
+    ]
     assert history.entries[3].session_reset.reason == "new topic"
 
 

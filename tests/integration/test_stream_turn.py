@@ -6,7 +6,6 @@ import asyncio
 import base64
 
 import grpc
-
 from general_agent.testing import (
     ErrorReply,
     FakeAnthropic,
@@ -19,11 +18,20 @@ from general_agent.testing import (
     Usage,
 )
 from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import content_pb2, event_pb2, session_pb2
+from general_agent.v1 import agent_service_pb2_grpc, content_pb2, event_pb2, session_pb2
 from general_agent_server.app import RunningServer
+
 from tests.conftest import TEST_API_KEY, ServerFactory
 from tests.support.events import kinds, last_of, sequences, text_of
-from tests.support.rpc import Stub, create_session, decode_error, events_after, rpc_error, stream_turn, text_input
+from tests.support.rpc import (
+    Stub,
+    create_session,
+    decode_error,
+    events_after,
+    rpc_error,
+    stream_turn,
+    text_input,
+)
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
@@ -46,7 +54,13 @@ async def test_text_turn_order_usage_and_request(stub: Stub, fake_model: FakeAnt
         TextReply("Hello, world", chunks=["Hel", "lo, ", "world"], usage=Usage(input_tokens=120, output_tokens=7))
     )
     events = await stream_turn(stub, sid, "hi there")
-    assert kinds(events) == ["run_started", "assistant_delta", "usage_snapshot", "turn_complete", "run_finished"]
+    assert kinds(events) == [
+        "run_started",
+        "assistant_delta",
+        "usage_snapshot",
+        "turn_complete",
+        "run_finished",
+    ]
     assert text_of(events) == "Hello, world"
     assert sequences(events) == sorted(set(sequences(events)))
     assert all(e.session_id == sid and e.run_id == events[0].run_id for e in events)
@@ -59,14 +73,21 @@ async def test_text_turn_order_usage_and_request(stub: Stub, fake_model: FakeAnt
     assert last_of(events, "turn_complete").stop_reason == event_pb2.STOP_REASON_STOP
     finished = last_of(events, "run_finished")
     assert finished.outcome == event_pb2.RUN_OUTCOME_COMPLETED
-    assert (finished.usage.input_tokens, finished.usage.output_tokens, finished.usage.model_calls) == (120, 7, 1)
+    assert (finished.usage.input_tokens, finished.usage.output_tokens, finished.usage.model_calls) == (
+        120,
+        7,
+        1,
+    )
     request = fake_model.requests[-1]
     assert request.model == "claude-haiku-4-5"
     assert request.body["system"] == [
         {"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}
     ]
     assert request.messages == [
-        {"role": "user", "content": [{"type": "text", "text": "hi there", "cache_control": {"type": "ephemeral"}}]}
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "hi there", "cache_control": {"type": "ephemeral"}}],
+        }
     ]
     assert request.body["max_tokens"] == 64_000
     assert "thinking" not in request.body  # haiku-4-5 has no adaptive thinking: default is off
@@ -125,7 +146,11 @@ async def test_image_input_reaches_the_model_and_the_transcript(stub: Stub, fake
     assert last_of(events, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
     content = fake_model.requests[-1].messages[0]["content"]
     assert content[0] == {"type": "text", "text": "what is this?"}
-    assert content[1]["source"] == {"type": "base64", "media_type": "image/png", "data": base64.b64encode(PNG).decode()}
+    assert content[1]["source"] == {
+        "type": "base64",
+        "media_type": "image/png",
+        "data": base64.b64encode(PNG).decode(),
+    }
     history = await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid))
     message = history.entries[1].message
     assert message.content[1].image.data == PNG
@@ -136,9 +161,18 @@ async def test_invalid_input_is_rejected_before_anything_is_written(stub: Stub, 
     cases = [
         ([], "input"),
         (text_input("   "), "input"),
-        ([content_pb2.ContentPart(image=content_pb2.ImagePart(mime_type="image/png", data=b"not a png"))], "input[0].image.data"),
-        ([content_pb2.ContentPart(image=content_pb2.ImagePart(mime_type="image/bmp", data=PNG))], "input[0].image.mime_type"),
-        ([content_pb2.ContentPart(tool_result=content_pb2.ToolResultPart(call_id="c1"))], "input[0].tool_result"),
+        (
+            [content_pb2.ContentPart(image=content_pb2.ImagePart(mime_type="image/png", data=b"not a png"))],
+            "input[0].image.data",
+        ),
+        (
+            [content_pb2.ContentPart(image=content_pb2.ImagePart(mime_type="image/bmp", data=PNG))],
+            "input[0].image.mime_type",
+        ),
+        (
+            [content_pb2.ContentPart(tool_result=content_pb2.ToolResultPart(call_id="c1"))],
+            "input[0].tool_result",
+        ),
         ([content_pb2.ContentPart()], "input[0]"),
     ]
     for parts, field in cases:
@@ -152,10 +186,12 @@ async def test_invalid_input_is_rejected_before_anything_is_written(stub: Stub, 
     assert fake_model.requests == []
 
 
-async def test_no_api_key_fails_before_anything_is_written(server_factory: ServerFactory, fake_model: FakeAnthropic) -> None:
+async def test_no_api_key_fails_before_anything_is_written(
+    server_factory: ServerFactory, fake_model: FakeAnthropic
+) -> None:
     server = await server_factory({"ANTHROPIC_API_KEY": ""})
     async with grpc.aio.insecure_channel(server.address) as channel:
-        stub = Stub(channel)
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         sid = (await create_session(stub)).identity.session_id
         error = await rpc_error(stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("hi"))))
         assert (error.code, error.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "NO_API_KEY")
@@ -180,7 +216,10 @@ async def test_provider_error_fails_the_run_and_the_session_stays_usable(stub: S
     complete = last_of(events, "turn_complete")
     assert complete.stop_reason == event_pb2.STOP_REASON_ERROR
     finished = last_of(events, "run_finished")
-    assert (finished.outcome, finished.reason) == (event_pb2.RUN_OUTCOME_FAILED, event_pb2.RUN_REASON_PROVIDER_ERROR)
+    assert (finished.outcome, finished.reason) == (
+        event_pb2.RUN_OUTCOME_FAILED,
+        event_pb2.RUN_REASON_PROVIDER_ERROR,
+    )
     assert finished.error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert "prompt is too long" in finished.error.message
     assert complete.error == finished.error
@@ -201,7 +240,11 @@ async def test_provider_error_fails_the_run_and_the_session_stays_usable(stub: S
 
 async def test_provider_error_metadata_and_codes(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = (await create_session(stub)).identity.session_id
-    for status, code in ((529, grpc.StatusCode.UNAVAILABLE), (429, grpc.StatusCode.RESOURCE_EXHAUSTED), (401, grpc.StatusCode.PERMISSION_DENIED)):
+    for status, code in (
+        (529, grpc.StatusCode.UNAVAILABLE),
+        (429, grpc.StatusCode.RESOURCE_EXHAUSTED),
+        (401, grpc.StatusCode.PERMISSION_DENIED),
+    ):
         fake_model.enqueue(ErrorReply(status=status))
         events = await stream_turn(stub, sid, f"status {status}")
         error = last_of(events, "run_finished").error
@@ -234,7 +277,9 @@ async def test_second_turn_while_running_is_session_busy(stub: Stub, fake_model:
     assert text_of(seen + rest) == "partial rest"
     assert last_of(rest, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
     history = await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid))
-    assert [e.message.content[0].text.text for e in history.entries if e.WhichOneof("entry") == "message"] == ["long task"]
+    assert [e.message.content[0].text.text for e in history.entries if e.WhichOneof("entry") == "message"] == [
+        "long task"
+    ]
 
 
 async def test_client_cancel_mid_stream_stops_the_run_and_leaves_the_session_usable(
@@ -254,7 +299,10 @@ async def test_client_cancel_mid_stream_stops_the_run_and_leaves_the_session_usa
     assert kinds(log)[-2:] == ["turn_complete", "run_finished"]
     assert last_of(log, "turn_complete").stop_reason == event_pb2.STOP_REASON_ABORTED
     finished = last_of(log, "run_finished")
-    assert (finished.outcome, finished.reason) == (event_pb2.RUN_OUTCOME_STOPPED, event_pb2.RUN_REASON_CANCELLED)
+    assert (finished.outcome, finished.reason) == (
+        event_pb2.RUN_OUTCOME_STOPPED,
+        event_pb2.RUN_REASON_CANCELLED,
+    )
     history = await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid))
     assistant = [e.assistant for e in history.entries if e.WhichOneof("entry") == "assistant"]
     assert [(a.text, a.aborted) for a in assistant] == [("partial ", True)]
@@ -298,21 +346,29 @@ async def test_stream_turn_is_idempotent_with_request_id(stub: Stub, fake_model:
     again = await stream_turn(stub, sid, "hi", request_id="turn-1")
     assert len(fake_model.requests) == 1
     assert first[0].run_started.request_id == "turn-1"
-    assert [e.sequence for e in again][0] == first[0].sequence
+    assert again[0].sequence == first[0].sequence
     assert again[-1] == first[-1]
     assert text_of(again) == "only once"
-    error = await rpc_error(stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("other"), request_id="turn-1")))
+    error = await rpc_error(
+        stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("other"), request_id="turn-1"))
+    )
     assert error.reason == "REQUEST_ID_REUSED"
 
 
 async def test_max_tokens_inside_a_tool_call_fails_output_truncated(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = (await create_session(stub)).identity.session_id
     fake_model.enqueue(
-        Reply(blocks=[TextBlock("Let me check"), ToolUseBlock(id="toolu_1", name="read", input={"path": "a"})], stop_reason="max_tokens")
+        Reply(
+            blocks=[TextBlock("Let me check"), ToolUseBlock(id="toolu_1", name="read", input={"path": "a"})],
+            stop_reason="max_tokens",
+        )
     )
     events = await stream_turn(stub, sid, "read a")
     finished = last_of(events, "run_finished")
-    assert (finished.outcome, finished.reason) == (event_pb2.RUN_OUTCOME_FAILED, event_pb2.RUN_REASON_OUTPUT_TRUNCATED)
+    assert (finished.outcome, finished.reason) == (
+        event_pb2.RUN_OUTCOME_FAILED,
+        event_pb2.RUN_REASON_OUTPUT_TRUNCATED,
+    )
     assert "tool_call" not in kinds(events)
     fake_model.enqueue(TextReply("ok"))
     await stream_turn(stub, sid, "again")
@@ -322,7 +378,10 @@ async def test_max_tokens_inside_a_tool_call_fails_output_truncated(stub: Stub, 
 async def test_unknown_tool_is_an_error_result_and_the_loop_continues(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = (await create_session(stub)).identity.session_id
     fake_model.enqueue(
-        Reply(blocks=[ToolUseBlock(id="toolu_9", name="teleport", input={"to": "mars", "n": 12345678901234567})], stop_reason="tool_use"),
+        Reply(
+            blocks=[ToolUseBlock(id="toolu_9", name="teleport", input={"to": "mars", "n": 12345678901234567})],
+            stop_reason="tool_use",
+        ),
         TextReply("I cannot teleport."),
     )
     events = await stream_turn(stub, sid, "go to mars")

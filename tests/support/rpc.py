@@ -6,12 +6,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from google.rpc import error_details_pb2, status_pb2
-
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, content_pb2, session_pb2
+from google.rpc import error_details_pb2, status_pb2
 
-Stub = agent_service_pb2_grpc.AgentServiceStub
+Stub = agent_service_pb2_grpc.AgentServiceAsyncStub
 
 
 @dataclass

@@ -4,6 +4,7 @@ the whole group at the end, so nothing leaks."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -42,7 +43,12 @@ class ServerProcess:
         ]
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.state_dir
+            command,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=self.state_dir,
         )
         log.close()
         deadline = time.monotonic() + timeout
@@ -67,10 +73,8 @@ class ServerProcess:
         """SIGKILL the whole process group (a crash, as far as the server can tell)."""
         if self.process is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.process.wait(timeout=10)
 
     def terminate(self, timeout: float = 20.0) -> int:
@@ -84,7 +88,9 @@ class ServerProcess:
             raise
 
 
-def server_env(base_url: str, *, api_key: str = "sk-ant-test-key-0000", extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def server_env(
+    base_url: str, *, api_key: str = "sk-ant-test-key-0000", extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GENERAL_AGENT_", "ANTHROPIC_"))}
     env.update({"ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": api_key, "PYTHONUNBUFFERED": "1"})
     env.update(extra or {})

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from general_agent.v1 import agent_service_pb2, agent_service_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from general_agent.v1 import agent_service_pb2, agent_service_pb2_grpc
 from general_agent_server.config import ServerSettings
 from general_agent_server.core.credentials import CredentialResolver
 from general_agent_server.core.service import AgentCore
@@ -53,7 +53,7 @@ class RunningServer:
 
 async def start_server(settings: ServerSettings) -> RunningServer:
     state_dir = Path(settings.state_dir)
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    await asyncio.to_thread(state_dir.mkdir, parents=True, exist_ok=True, mode=0o700)
     store = SqliteSessionStore(state_dir / DB_FILE_NAME, flush_interval=settings.store_flush_interval_ms / 1000)
     await store.open()
     model = AnthropicModelClient(timeout_seconds=settings.model_request_timeout, max_retries=settings.model_max_retries)
@@ -84,7 +84,8 @@ async def start_server(settings: ServerSettings) -> RunningServer:
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+        server,
     )
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)

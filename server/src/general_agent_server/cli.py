@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     if settings.default_profile is not None:
         secrets.append(settings.default_profile.api_key)
     configure_logging(level=settings.log_level, fmt=settings.log_format, secrets=[s for s in secrets if s])
-    from general_agent_server.app import serve  # noqa: PLC0415  (keeps `settings` fast)
+    from general_agent_server.app import serve
 
     asyncio.run(serve(settings))
     return 0

@@ -41,12 +41,25 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting(name="listen", kind=str, default="127.0.0.1:50051", help="HOST:PORT to listen on; port 0 picks a free port."),
+    Setting(
+        name="listen",
+        kind=str,
+        default="127.0.0.1:50051",
+        help="HOST:PORT to listen on; port 0 picks a free port.",
+    ),
     Setting(name="ready_file", kind=str, default="", help="Written with {address, pid} once health is SERVING."),
-    Setting(name="state_dir", kind=str, default=".general-agent/state", help="SQLite state and transcript exports."),
+    Setting(
+        name="state_dir",
+        kind=str,
+        default=".general-agent/state",
+        help="SQLite state and transcript exports.",
+    ),
     Setting(name="workspace_dir", kind=str, default=".general-agent/workspace", help="Root of session workspaces."),
     Setting(
-        name="default_model", kind=str, default="anthropic/claude-sonnet-4-6", help="Model ref for sessions without one."
+        name="default_model",
+        kind=str,
+        default="anthropic/claude-sonnet-4-6",
+        help="Model ref for sessions without one.",
     ),
     Setting(name="max_tokens_cap", kind=int, default=64_000, help="Upper bound on max_tokens of any model call."),
     Setting(
@@ -59,16 +72,32 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(name="log_level", kind=str, default="INFO", help="DEBUG, INFO, WARNING or ERROR."),
     Setting(name="log_format", kind=str, default="json", help="json (structured) or text."),
     Setting(name="model_request_timeout", kind=float, default=600.0, help="Seconds per model request."),
-    Setting(name="model_max_retries", kind=int, default=2, help="SDK retries of 408/409/429/5xx/529 and network errors."),
     Setting(
-        name="max_receive_message_length", kind=int, default=32 * MIB, help="Largest gRPC message accepted, bytes."
+        name="model_max_retries",
+        kind=int,
+        default=2,
+        help="SDK retries of 408/409/429/5xx/529 and network errors.",
+    ),
+    Setting(
+        name="max_receive_message_length",
+        kind=int,
+        default=32 * MIB,
+        help="Largest gRPC message accepted, bytes.",
     ),
     Setting(name="max_image_bytes", kind=int, default=5 * MIB, help="Largest image part, bytes."),
     Setting(name="max_message_bytes", kind=int, default=20 * MIB, help="Largest user message, bytes."),
     Setting(
-        name="subscriber_buffer", kind=int, default=4096, help="Events buffered per stream before SLOW_CONSUMER."
+        name="subscriber_buffer",
+        kind=int,
+        default=4096,
+        help="Events buffered per stream before SLOW_CONSUMER.",
     ),
-    Setting(name="store_flush_interval_ms", kind=float, default=20.0, help="Group-commit window for buffered events."),
+    Setting(
+        name="store_flush_interval_ms",
+        kind=float,
+        default=20.0,
+        help="Group-commit window for buffered events.",
+    ),
     Setting(name="replica_id", kind=str, default="local", help="Lease owner id of this server process."),
     Setting(
         name="anthropic_api_key_file",
@@ -237,7 +266,13 @@ def _validate(settings: ServerSettings) -> None:
         )
     if settings.log_format not in ("json", "text"):
         raise ConfigError(f"log_format: expected json or text, got {settings.log_format!r}")
-    for name in ("max_tokens_cap", "max_receive_message_length", "max_image_bytes", "max_message_bytes", "subscriber_buffer"):
+    for name in (
+        "max_tokens_cap",
+        "max_receive_message_length",
+        "max_image_bytes",
+        "max_message_bytes",
+        "subscriber_buffer",
+    ):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{name}: must be positive")
     for tenant, profile_id in settings.tenant_default_profiles.items():

@@ -150,7 +150,9 @@ class SessionActor:
         if self._next_sequence > self.record.sequence_reserved:
             await self.commit()  # reserves the next block before the sequence is used
         event = self.stamp(run_id, body)
-        await self.store.write(WriteBatch(tenant=self.tenant, session_id=self.session_id, events=[event]), durable=False)
+        await self.store.write(
+            WriteBatch(tenant=self.tenant, session_id=self.session_id, events=[event]), durable=False
+        )
         self.publish([event])
 
     async def commit(
@@ -224,9 +226,7 @@ class SessionActor:
         if self.record.state is not SessionState.IDLE or self.run is not None:
             raise self.busy_error()
         now = utcnow()
-        started = self.stamp(
-            run_id, RunStarted(trigger=turn.trigger, request_id=turn.request_id, model_ref=model_ref)
-        )
+        started = self.stamp(run_id, RunStarted(trigger=turn.trigger, request_id=turn.request_id, model_ref=model_ref))
         run_record = RunRecord(
             tenant=self.tenant,
             session_id=self.session_id,
@@ -240,7 +240,11 @@ class SessionActor:
             body_hash=turn.body_hash,
         )
         transcript = [
-            self.transcript_entry(run_id, SystemPromptEntry(prompt=self.record.config.system_prompt, model_ref=model_ref), started.sequence),
+            self.transcript_entry(
+                run_id,
+                SystemPromptEntry(prompt=self.record.config.system_prompt, model_ref=model_ref),
+                started.sequence,
+            ),
             self.transcript_entry(run_id, MessageEntry(content=turn.parts), started.sequence),
         ]
         if self.record.stop_requested:

@@ -58,7 +58,7 @@ class RunReason(enum.Enum):
 
 class CompactionReason(enum.Enum):
     MANUAL_REQUEST = "manual_request"
-    TOKEN_THRESHOLD = "token_threshold"
+    TOKEN_THRESHOLD = "token_threshold"  # noqa: S105  (a reason name, not a secret)
     CONTEXT_OVERFLOW = "context_overflow"
 
 

@@ -41,7 +41,12 @@ from general_agent_server.core.model_catalog import capabilities
 from general_agent_server.core.request_builder import build_request
 from general_agent_server.core.runs import RunStatus
 from general_agent_server.core.session import SessionState, Usage, UsageSnapshot
-from general_agent_server.core.transcript import AssistantEntry, ToolCallEntry, ToolResultEntry, TranscriptEntry
+from general_agent_server.core.transcript import (
+    AssistantEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+    TranscriptEntry,
+)
 
 if TYPE_CHECKING:
     from general_agent_server.core.actor import ActiveRun, SessionActor
@@ -104,7 +109,11 @@ class RunDriver:
                 RunOutcome.FAILED,
                 reason=RunReason.INTERNAL,
                 stop_reason=StopReason.ERROR,
-                error=ErrorDetail(code=ErrorCode.INTERNAL, reason="INTERNAL", message=f"internal error: {type(exc).__name__}"),
+                error=ErrorDetail(
+                    code=ErrorCode.INTERNAL,
+                    reason="INTERNAL",
+                    message=f"internal error: {type(exc).__name__}",
+                ),
             )
         finally:
             self.actor.run_ended(self.run)
@@ -206,23 +215,27 @@ class RunDriver:
                 error = actor.stamp(run.run_id, ToolError(call_id=call_id, tool_name=name, error=message))
                 events += [call, error]
                 transcript += [
-                    actor.transcript_entry(run.run_id, ToolCallEntry(call_id=call_id, tool_name=name, input_json=input_json), call.sequence),
+                    actor.transcript_entry(
+                        run.run_id,
+                        ToolCallEntry(call_id=call_id, tool_name=name, input_json=input_json),
+                        call.sequence,
+                    ),
                     actor.transcript_entry(
                         run.run_id,
                         ToolResultEntry(call_id=call_id, tool_name=name, output=(), is_error=True),
                         error.sequence,
                     ),
                 ]
-                results.append(
-                    {"type": "tool_result", "tool_use_id": call_id, "content": message, "is_error": True}
-                )
+                results.append({"type": "tool_result", "tool_use_id": call_id, "content": message, "is_error": True})
             events.append(actor.stamp(run.run_id, TurnComplete(stop_reason=StopReason.TOOL_USE)))
             tool_message = HistoryMessage(role="user", content=tuple(results), run_id=run.run_id)
             await actor.commit(events=events, transcript=transcript, history=[assistant, tool_message], **changes)
             return True
         if complete.stop_reason == "refusal":
             detail = ErrorDetail(
-                code=ErrorCode.FAILED_PRECONDITION, reason="MODEL_REFUSAL", message="the model refused to continue"
+                code=ErrorCode.FAILED_PRECONDITION,
+                reason="MODEL_REFUSAL",
+                message="the model refused to continue",
             )
             await self._finish(
                 RunOutcome.FAILED,
@@ -272,7 +285,11 @@ class RunDriver:
         # The end of the shutdown grace is a failure of the server, not a choice of the host.
         outcome = RunOutcome.FAILED if reason is RunReason.INTERRUPTED else RunOutcome.STOPPED
         error = (
-            ErrorDetail(code=ErrorCode.UNAVAILABLE, reason="INTERRUPTED", message="the server shut down during the run")
+            ErrorDetail(
+                code=ErrorCode.UNAVAILABLE,
+                reason="INTERRUPTED",
+                message="the server shut down during the run",
+            )
             if reason is RunReason.INTERRUPTED
             else None
         )

@@ -112,14 +112,18 @@ class AgentCore:
         self._shutting_down = True
         runs = [a.run for a in self.registry.active() if a.run is not None]
         if runs:
-            _, pending = await asyncio.wait([asyncio.ensure_future(r.finished.wait()) for r in runs], timeout=grace_seconds)
+            _, pending = await asyncio.wait(
+                [asyncio.ensure_future(r.finished.wait()) for r in runs], timeout=grace_seconds
+            )
             for actor in self.registry.active():
                 actor.cancel_run(RunReason.INTERRUPTED)
             await asyncio.gather(*(r.finished.wait() for r in runs))
             for waiter in pending:
                 waiter.cancel()
         error = ServiceError(
-            ErrorCode.UNAVAILABLE, "SHUTTING_DOWN", "the server is shutting down; reconnect with after_sequence",
+            ErrorCode.UNAVAILABLE,
+            "SHUTTING_DOWN",
+            "the server is shutting down; reconnect with after_sequence",
             retry_after_seconds=1.0,
         )
         for actor in self.registry.active():
@@ -153,7 +157,9 @@ class AgentCore:
         return result
 
     @staticmethod
-    def _idempotency_record(ctx: CallContext, rpc: str, idem: Idempotency | None, result: dict[str, Any]) -> IdempotencyRecord | None:
+    def _idempotency_record(
+        ctx: CallContext, rpc: str, idem: Idempotency | None, result: dict[str, Any]
+    ) -> IdempotencyRecord | None:
         if idem is None or not idem.request_id:
             return None
         return IdempotencyRecord(
@@ -265,7 +271,10 @@ class AgentCore:
         self.registry.forget(ctx.tenant, session_id)
         await self.exporter.delete(ctx.tenant, session_id)
         if deleted:
-            logger.info("session deleted", extra={"category": "system", "tenant": ctx.tenant, "session_id": session_id})
+            logger.info(
+                "session deleted",
+                extra={"category": "system", "tenant": ctx.tenant, "session_id": session_id},
+            )
         return deleted
 
     async def resume_session(
@@ -275,17 +284,30 @@ class AgentCore:
         return await self._apply_overrides(ctx, session_id, overrides, identity=None)
 
     async def continue_session(
-        self, ctx: CallContext, identity: SessionIdentity, overrides: SessionOverrides, idem: Idempotency | None = None
+        self,
+        ctx: CallContext,
+        identity: SessionIdentity,
+        overrides: SessionOverrides,
+        idem: Idempotency | None = None,
     ) -> SessionView:
         check_session_id(identity.session_id, "identity.session_id")
         return await self._apply_overrides(ctx, identity.session_id, overrides, identity=identity)
 
     async def _apply_overrides(
-        self, ctx: CallContext, session_id: str, overrides: SessionOverrides, *, identity: SessionIdentity | None
+        self,
+        ctx: CallContext,
+        session_id: str,
+        overrides: SessionOverrides,
+        *,
+        identity: SessionIdentity | None,
     ) -> SessionView:
         async with self.registry.use(ctx.tenant, session_id) as actor, actor.lock:
             config = overrides.apply(actor.record.config)
-            check_config(config, known_profile=self.credentials.has_profile(config.auth_profile_id), field_prefix="overrides")
+            check_config(
+                config,
+                known_profile=self.credentials.has_profile(config.auth_profile_id),
+                field_prefix="overrides",
+            )
             changes: dict[str, Any] = {}
             if config != actor.record.config:
                 changes["config"] = config
@@ -317,7 +339,10 @@ class AgentCore:
         check_session_id(session_id)
         if page_size < 0:
             raise ServiceError(ErrorCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", "page_size: must not be negative")
-        if self.registry.peek(ctx.tenant, session_id) is None and await self.store.get_session(ctx.tenant, session_id) is None:
+        if (
+            self.registry.peek(ctx.tenant, session_id) is None
+            and await self.store.get_session(ctx.tenant, session_id) is None
+        ):
             raise session_not_found(session_id)
         limit = min(page_size or 100, 1000)
         digest = filters_digest({"session": session_id})
@@ -332,7 +357,8 @@ class AgentCore:
         more = len(entries) > limit
         entries = entries[:limit]
         # Pages are also capped in bytes so a history of large images cannot exceed message limits.
-        budget, kept = self.settings.max_history_page_bytes, []
+        budget = self.settings.max_history_page_bytes
+        kept: list[TranscriptEntry] = []
         for entry in entries:
             size = _approx_size(entry)
             if kept and size > budget:
@@ -404,18 +430,20 @@ class AgentCore:
                         credential=credential,
                         run_id=str(uuid.uuid4()),
                     )
-                while (event := await subscriber.get()) is not None:
-                    if event.run_id != run.run_id:
+                while (live := await subscriber.get()) is not None:
+                    if live.run_id != run.run_id:
                         continue
-                    yield event
-                    if isinstance(event.body, RunFinished):
+                    yield live
+                    if isinstance(live.body, RunFinished):
                         return
             finally:
                 actor.unsubscribe(subscriber)
                 if run is not None and not run.finished.is_set() and options.on_disconnect == OnDisconnect.CANCEL:
                     actor.cancel_run(RunReason.CANCELLED, run.run_id)
 
-    async def _replay_run(self, actor: SessionActor, run: RunRecord, idem: Idempotency) -> AsyncIterator[SequencedEvent]:
+    async def _replay_run(
+        self, actor: SessionActor, run: RunRecord, idem: Idempotency
+    ) -> AsyncIterator[SequencedEvent]:
         if run.body_hash != idem.body_hash:
             raise ServiceError(
                 ErrorCode.INVALID_ARGUMENT,
@@ -431,7 +459,9 @@ class AgentCore:
                 return
 
     # ------------------------------------------------------------------ watching
-    async def watch(self, ctx: CallContext, session_id: str, after_sequence: int | None) -> AsyncIterator[SequencedEvent]:
+    async def watch(
+        self, ctx: CallContext, session_id: str, after_sequence: int | None
+    ) -> AsyncIterator[SequencedEvent]:
         check_session_id(session_id)
         self._check_serving()
         async with self.registry.use(ctx.tenant, session_id) as actor:
@@ -456,18 +486,21 @@ class AgentCore:
                 await self.store.flush()
                 while True:
                     batch = await self.store.read_events(
-                        actor.tenant, actor.session_id, after_sequence=last, limit=self.settings.event_replay_batch
+                        actor.tenant,
+                        actor.session_id,
+                        after_sequence=last,
+                        limit=self.settings.event_replay_batch,
                     )
                     if not batch:
                         break
                     for event in batch:
                         yield event
                         last = event.sequence
-            while (event := await subscriber.get()) is not None:
-                if event.sequence <= last:
+            while (live := await subscriber.get()) is not None:
+                if live.sequence <= last:
                     continue
-                last = event.sequence
-                yield event
+                last = live.sequence
+                yield live
         finally:
             actor.unsubscribe(subscriber)
             self.registry.release_idle(actor)

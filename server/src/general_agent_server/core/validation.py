@@ -41,7 +41,8 @@ def check_config(config: SessionConfig, *, known_profile: bool, field_prefix: st
     if config.model_ref and not _MODEL_REF.match(config.model_ref):
         if "/" in config.model_ref and not config.model_ref.startswith("anthropic/"):
             raise invalid_argument(
-                f"{field_prefix}.model_ref", "only Anthropic models are served: use anthropic/<id> or a bare id"
+                f"{field_prefix}.model_ref",
+                "only Anthropic models are served: use anthropic/<id> or a bare id",
             )
         raise invalid_argument(f"{field_prefix}.model_ref", "is not a valid model ref")
     if config.max_tokens < 0:
@@ -79,7 +80,9 @@ def check_turn_input(
             has_content = has_content or bool(part.text.strip())
         elif isinstance(part, ImagePart):
             if part.mime_type not in IMAGE_MIME_TYPES:
-                raise invalid_argument(f"{where}.image.mime_type", f"must be one of {', '.join(sorted(IMAGE_MIME_TYPES))}")
+                raise invalid_argument(
+                    f"{where}.image.mime_type", f"must be one of {', '.join(sorted(IMAGE_MIME_TYPES))}"
+                )
             if not part.data:
                 raise invalid_argument(f"{where}.image.data", "is empty")
             if len(part.data) > max_image_bytes:

@@ -50,7 +50,12 @@ class _Block:
                 tool_input = json.loads(raw) if raw else (self.start.get("input") or {})
             except json.JSONDecodeError:
                 tool_input = {"__invalid_json__": raw}
-            return {"type": "tool_use", "id": self.start["id"], "name": self.start["name"], "input": tool_input}
+            return {
+                "type": "tool_use",
+                "id": self.start["id"],
+                "name": self.start["name"],
+                "input": tool_input,
+            }
         return dict(self.start)
 
 
@@ -161,7 +166,11 @@ def _usage(raw: dict[str, int]) -> Usage:
 
 
 def _call_error(
-    exc: anthropic.APIError, credential: Credential, *, usage: dict[str, int] | None = None, request_id: str = ""
+    exc: anthropic.APIError,
+    credential: Credential,
+    *,
+    usage: dict[str, int] | None = None,
+    request_id: str = "",
 ) -> ModelCallError:
     status: int | None = None
     message = str(exc.message) if getattr(exc, "message", None) else str(exc)

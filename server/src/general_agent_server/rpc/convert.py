@@ -7,9 +7,6 @@ import json
 from datetime import datetime
 from typing import Any
 
-from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
-from google.protobuf.message import Message
-
 from general_agent.v1 import (
     agent_service_pb2 as api,
 )
@@ -19,6 +16,9 @@ from general_agent.v1 import (
     session_pb2,
     transcript_pb2,
 )
+from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
+from google.protobuf.message import Message
+
 from general_agent_server.core import events as ev
 from general_agent_server.core import transcript as tr
 from general_agent_server.core.content import ContentPart, ImagePart, TextPart
@@ -69,7 +69,7 @@ def body_hash(request: Message) -> str:
     copy = type(request)()
     copy.CopyFrom(request)
     if "request_id" in copy.DESCRIPTOR.fields_by_name:
-        copy.ClearField("request_id")  # type: ignore[arg-type]
+        copy.ClearField("request_id")
     return hashlib.sha256(copy.SerializeToString(deterministic=True)).hexdigest()
 
 
@@ -109,7 +109,10 @@ _MODES = {
     session_pb2.SESSION_MODE_GENERAL: SessionMode.GENERAL,
     session_pb2.SESSION_MODE_CODING: SessionMode.CODING,
 }
-_MODES_OUT = {SessionMode.GENERAL: session_pb2.SESSION_MODE_GENERAL, SessionMode.CODING: session_pb2.SESSION_MODE_CODING}
+_MODES_OUT = {
+    SessionMode.GENERAL: session_pb2.SESSION_MODE_GENERAL,
+    SessionMode.CODING: session_pb2.SESSION_MODE_CODING,
+}
 _STATES_OUT = {
     SessionState.IDLE: session_pb2.SESSION_STATE_IDLE,
     SessionState.RUNNING: session_pb2.SESSION_STATE_RUNNING,
@@ -125,9 +128,10 @@ _THINKING_OUT = {v: k for k, v in _THINKING.items()}
 
 
 def mode_from_proto(value: int, field: str) -> SessionMode:
-    if value not in _MODES:
+    mode = _MODES.get(session_pb2.SessionMode.ValueType(value))
+    if mode is None:
         raise invalid_argument(field, f"unknown mode {value}")
-    return _MODES[value]
+    return mode
 
 
 def identity_from_proto(identity: session_pb2.SessionIdentity, field: str) -> SessionIdentity:
@@ -167,9 +171,7 @@ def config_from_proto(session: session_pb2.Session) -> SessionConfig:
         ),
         auto_compaction=AutoCompaction(
             threshold_pct=session.auto_compaction.threshold_pct,
-            cooldown_seconds=_seconds(
-                session.auto_compaction.cooldown, session.auto_compaction.HasField("cooldown")
-            ),
+            cooldown_seconds=_seconds(session.auto_compaction.cooldown, session.auto_compaction.HasField("cooldown")),
         ),
         hosted_tools=tuple(_json_text(t) for t in session.hosted_tools),
         mcp_servers={name: _json_text(cfg) for name, cfg in session.mcp_servers.items()},
@@ -182,7 +184,9 @@ def overrides_from_proto(overrides: session_pb2.SessionOverrides) -> SessionOver
     return SessionOverrides(
         system_prompt=overrides.system_prompt if overrides.HasField("system_prompt") else None,
         model_ref=overrides.model_ref if overrides.HasField("model_ref") else None,
-        thinking=thinking_from_proto(overrides.thinking, "overrides.thinking") if overrides.HasField("thinking") else None,
+        thinking=thinking_from_proto(overrides.thinking, "overrides.thinking")
+        if overrides.HasField("thinking")
+        else None,
         auth_profile_id=overrides.auth_profile_id if overrides.HasField("auth_profile_id") else None,
         max_tokens=overrides.max_tokens if overrides.HasField("max_tokens") else None,
         api_key=overrides.api_key,
@@ -218,7 +222,9 @@ def session_to_proto(view: SessionView) -> session_pb2.Session:
         tenant=r.tenant,
         system_prompt=c.system_prompt,
         model_ref=c.model_ref,
-        thinking=session_pb2.ThinkingConfig(mode=_THINKING_OUT[c.thinking.mode], budget_tokens=c.thinking.budget_tokens),
+        thinking=session_pb2.ThinkingConfig(
+            mode=_THINKING_OUT[c.thinking.mode], budget_tokens=c.thinking.budget_tokens
+        ),
         max_tokens=c.max_tokens,
         auth_profile_id=c.auth_profile_id,
         allowed_tools=list(c.allowed_tools),
@@ -413,7 +419,9 @@ def event_to_proto(event: ev.SequencedEvent) -> event_pb2.SessionEvent:
 
 
 def transcript_to_proto(entry: tr.TranscriptEntry) -> transcript_pb2.TranscriptEntry:
-    out = transcript_pb2.TranscriptEntry(sequence=entry.sequence, timestamp=timestamp(entry.timestamp), run_id=entry.run_id)
+    out = transcript_pb2.TranscriptEntry(
+        sequence=entry.sequence, timestamp=timestamp(entry.timestamp), run_id=entry.run_id
+    )
     body = entry.body
     if isinstance(body, tr.SystemPromptEntry):
         out.system_prompt.prompt = body.prompt

@@ -33,24 +33,27 @@ def _incoming_request_id(details: grpc.HandlerCallDetails) -> str:
 class RequestContextInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         if handler is None:
-            return handler
-        method = handler_call_details.method
+            return None
+        method = str(handler_call_details.method)
         request_id = _incoming_request_id(handler_call_details)
+        # RpcMethodHandler is a namedtuple at run time: swap in the wrapped behaviour.
         h: Any = handler
+        wrapped: Any = handler
         if h.unary_unary is not None:
-            return h._replace(unary_unary=_wrap_unary(h.unary_unary, method, request_id))
-        if h.unary_stream is not None:
-            return h._replace(unary_stream=_wrap_stream(h.unary_stream, method, request_id))
-        if h.stream_stream is not None:
-            return h._replace(stream_stream=_wrap_stream(h.stream_stream, method, request_id))
-        if h.stream_unary is not None:
-            return h._replace(stream_unary=_wrap_unary(h.stream_unary, method, request_id))
-        return handler
+            wrapped = h._replace(unary_unary=_wrap_unary(h.unary_unary, method, request_id))
+        elif h.unary_stream is not None:
+            wrapped = h._replace(unary_stream=_wrap_stream(h.unary_stream, method, request_id))
+        elif h.stream_stream is not None:
+            wrapped = h._replace(stream_stream=_wrap_stream(h.stream_stream, method, request_id))
+        elif h.stream_unary is not None:
+            wrapped = h._replace(stream_unary=_wrap_unary(h.stream_unary, method, request_id))
+        result: grpc.RpcMethodHandler[Any, Any] = wrapped
+        return result
 
 
 def _log(method: str, context: Any, started: float, error: BaseException | None) -> None:

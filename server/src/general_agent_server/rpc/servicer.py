@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeAlias, TypeVar
 
 import grpc
-
-import general_agent_server
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc as api_grpc
+
+import general_agent_server
 from general_agent_server.core.errors import invalid_argument, not_implemented
 from general_agent_server.core.service import AgentCore, CallContext, OnDisconnect, TurnOptions
 from general_agent_server.core.session import DEFAULT_TENANT
@@ -20,12 +20,12 @@ from general_agent_server.rpc import convert
 from general_agent_server.rpc.errors import abort
 from general_agent_server.rpc.interceptors import current_request_id
 
-Context = grpc.aio.ServicerContext[Any, Any]
+Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
 # Capabilities this build serves, reported by GetServerInfo.
-CAPABILITIES = ("sessions", "streaming_turns", "watch", "idempotency", "transcript")
+CAPABILITIES = ("sessions", "streaming_turns", "watch", "idempotency", "transcript", "usage")
 
 # RPC → the capability (and later release) that provides it.
 UNIMPLEMENTED_RPCS: dict[str, str] = {
@@ -55,7 +55,9 @@ def call_context(context: Context) -> CallContext:
     return CallContext(tenant=DEFAULT_TENANT, request_id=current_request_id())
 
 
-def unary(fn: Callable[[Any, Req, Context], Awaitable[Resp]]) -> Callable[[Any, Req, Context], Awaitable[Resp]]:
+def unary(
+    fn: Callable[[Any, Req, Context], Awaitable[Resp]],
+) -> Callable[[Any, Req, Context], Awaitable[Resp]]:
     @functools.wraps(fn)
     async def wrapper(self: Any, request: Req, context: Context) -> Resp:
         try:
@@ -148,7 +150,10 @@ class AgentServicer(api_grpc.AgentServiceServicer):
         self, request: api.GetSessionHistoryRequest, context: Context
     ) -> api.GetSessionHistoryResponse:
         entries, token = await self._core.get_history(
-            call_context(context), request.session_id, page_size=request.page_size, page_token=request.page_token
+            call_context(context),
+            request.session_id,
+            page_size=request.page_size,
+            page_token=request.page_token,
         )
         return api.GetSessionHistoryResponse(
             entries=[convert.transcript_to_proto(e) for e in entries], next_page_token=token
@@ -160,7 +165,9 @@ class AgentServicer(api_grpc.AgentServiceServicer):
         self, request: api.StreamTurnRequest, context: Context
     ) -> AsyncIterator[api.StreamTurnResponse]:
         on_disconnect = (
-            OnDisconnect.CONTINUE if request.options.on_disconnect == api.ON_DISCONNECT_CONTINUE else OnDisconnect.CANCEL
+            OnDisconnect.CONTINUE
+            if request.options.on_disconnect == api.ON_DISCONNECT_CONTINUE
+            else OnDisconnect.CANCEL
         )
         if request.options.busy_policy not in (api.BUSY_POLICY_UNSPECIFIED, api.BUSY_POLICY_REJECT):
             raise not_implemented("busy_policy", "options.busy_policy other than REJECT")
@@ -182,6 +189,14 @@ class AgentServicer(api_grpc.AgentServiceServicer):
         async for event in self._core.watch(call_context(context), request.session_id, after):
             yield api.WatchSessionResponse(event=convert.event_to_proto(event))
 
+    @unary
+    async def GetUsage(self, request: api.GetUsageRequest, context: Context) -> api.GetUsageResponse:
+        view = await self._core.get_session(call_context(context), request.session_id)
+        response = api.GetUsageResponse(cumulative_usage=convert.usage_to_proto(view.record.cumulative_usage))
+        if view.record.usage_snapshot is not None:
+            response.usage_snapshot.CopyFrom(convert.snapshot_to_proto(view.record.usage_snapshot))
+        return response
+
     # ------------------------------------------------------------------ info
     @unary
     async def GetServerInfo(self, request: api.GetServerInfoRequest, context: Context) -> api.GetServerInfoResponse:
@@ -198,23 +213,83 @@ class AgentServicer(api_grpc.AgentServiceServicer):
         )
 
     # ------------------------------------------------------------------ later capabilities
-    async def SubmitHostedToolResult(self, request: Any, context: Context) -> AsyncIterator[Any]:
-        await abort(context, not_implemented(UNIMPLEMENTED_RPCS["SubmitHostedToolResult"], "SubmitHostedToolResult"))
-        yield  # pragma: no cover  (makes this an async generator, as the stream handler must be)
+    async def ForkSession(self, request: api.ForkSessionRequest, context: Context) -> api.ForkSessionResponse:
+        return await _unimplemented(context, "ForkSession")
 
-    async def RunSession(self, request_iterator: Any, context: Context) -> AsyncIterator[Any]:
-        await abort(context, not_implemented(UNIMPLEMENTED_RPCS["RunSession"], "RunSession"))
-        yield  # pragma: no cover
+    async def InjectMessage(self, request: api.InjectMessageRequest, context: Context) -> api.InjectMessageResponse:
+        return await _unimplemented(context, "InjectMessage")
+
+    async def RequestStop(self, request: api.RequestStopRequest, context: Context) -> api.RequestStopResponse:
+        return await _unimplemented(context, "RequestStop")
+
+    async def ClearStop(self, request: api.ClearStopRequest, context: Context) -> api.ClearStopResponse:
+        return await _unimplemented(context, "ClearStop")
+
+    async def CancelRun(self, request: api.CancelRunRequest, context: Context) -> api.CancelRunResponse:
+        return await _unimplemented(context, "CancelRun")
+
+    async def RequestCompaction(
+        self, request: api.RequestCompactionRequest, context: Context
+    ) -> api.RequestCompactionResponse:
+        return await _unimplemented(context, "RequestCompaction")
+
+    async def MaybeCompactByTokens(
+        self, request: api.MaybeCompactByTokensRequest, context: Context
+    ) -> api.MaybeCompactByTokensResponse:
+        return await _unimplemented(context, "MaybeCompactByTokens")
+
+    async def ListCheckpoints(
+        self, request: api.ListCheckpointsRequest, context: Context
+    ) -> api.ListCheckpointsResponse:
+        return await _unimplemented(context, "ListCheckpoints")
+
+    async def RestoreCheckpoint(
+        self, request: api.RestoreCheckpointRequest, context: Context
+    ) -> api.RestoreCheckpointResponse:
+        return await _unimplemented(context, "RestoreCheckpoint")
+
+    async def SetMcpServers(self, request: api.SetMcpServersRequest, context: Context) -> api.SetMcpServersResponse:
+        return await _unimplemented(context, "SetMcpServers")
+
+    async def GetMcpServers(self, request: api.GetMcpServersRequest, context: Context) -> api.GetMcpServersResponse:
+        return await _unimplemented(context, "GetMcpServers")
+
+    async def ToggleMcpServer(
+        self, request: api.ToggleMcpServerRequest, context: Context
+    ) -> api.ToggleMcpServerResponse:
+        return await _unimplemented(context, "ToggleMcpServer")
+
+    async def GetMcpStatus(self, request: api.GetMcpStatusRequest, context: Context) -> api.GetMcpStatusResponse:
+        return await _unimplemented(context, "GetMcpStatus")
+
+    async def RegisterHooks(self, request: api.RegisterHooksRequest, context: Context) -> api.RegisterHooksResponse:
+        return await _unimplemented(context, "RegisterHooks")
+
+    async def UnregisterHooks(
+        self, request: api.UnregisterHooksRequest, context: Context
+    ) -> api.UnregisterHooksResponse:
+        return await _unimplemented(context, "UnregisterHooks")
+
+    async def ListHookRegistrations(
+        self, request: api.ListHookRegistrationsRequest, context: Context
+    ) -> api.ListHookRegistrationsResponse:
+        return await _unimplemented(context, "ListHookRegistrations")
+
+    async def EmitHook(self, request: api.EmitHookRequest, context: Context) -> api.EmitHookResponse:
+        return await _unimplemented(context, "EmitHook")
+
+    async def SubmitHostedToolResult(
+        self, request: api.SubmitHostedToolResultRequest, context: Context
+    ) -> AsyncIterator[api.SubmitHostedToolResultResponse]:
+        await _unimplemented(context, "SubmitHostedToolResult")
+        yield api.SubmitHostedToolResultResponse()  # pragma: no cover  (an async generator, as stream handlers are)
+
+    async def RunSession(
+        self, request_iterator: AsyncIterator[api.RunSessionRequest], context: Context
+    ) -> AsyncIterator[api.RunSessionResponse]:
+        await _unimplemented(context, "RunSession")
+        yield api.RunSessionResponse()  # pragma: no cover
 
 
-def _unimplemented_unary(name: str, capability: str) -> Callable[..., Awaitable[Any]]:
-    async def method(self: AgentServicer, request: Any, context: Context) -> Any:
-        await abort(context, not_implemented(capability, name))
-
-    method.__name__ = name
-    return method
-
-
-for _name, _capability in UNIMPLEMENTED_RPCS.items():
-    if _name not in ("SubmitHostedToolResult", "RunSession"):
-        setattr(AgentServicer, _name, _unimplemented_unary(_name, _capability))
+async def _unimplemented(context: Context, rpc: str) -> NoReturn:
+    await abort(context, not_implemented(UNIMPLEMENTED_RPCS[rpc], rpc))

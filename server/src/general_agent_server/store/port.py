@@ -126,9 +126,7 @@ class SessionStore(Protocol):
 
     async def get_run(self, tenant: str, session_id: str, run_id: str) -> RunRecord | None: ...
 
-    async def find_run_by_request_id(
-        self, tenant: str, session_id: str, request_id: str
-    ) -> RunRecord | None: ...
+    async def find_run_by_request_id(self, tenant: str, session_id: str, request_id: str) -> RunRecord | None: ...
 
     async def list_unfinished_runs(self) -> list[RunRecord]:
         """Runs (all tenants) whose status is not FINISHED, for start-up recovery."""

@@ -8,6 +8,7 @@ buffered writes call `flush()` first."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -158,10 +159,8 @@ class SqliteSessionStore:
             group = [first]
             if first.done is None and not self._urgent.is_set():
                 # Only buffered writes so far: give more a moment to arrive, unless one must commit now.
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._urgent.wait(), self._flush_interval)
-                except TimeoutError:
-                    pass
             self._urgent.clear()
             while not self._queue.empty():
                 item = self._queue.get_nowait()
@@ -294,9 +293,7 @@ class SqliteSessionStore:
             (*self._session_columns(record)[2:], record.tenant, record.session_id, record.version - 1),
         )
         if cur.rowcount != 1:
-            raise VersionConflictError(
-                f"session {record.session_id!r}: expected stored version {record.version - 1}"
-            )
+            raise VersionConflictError(f"session {record.session_id!r}: expected stored version {record.version - 1}")
 
     @staticmethod
     def _session_columns(record: SessionRecord) -> tuple[Any, ...]:
@@ -383,9 +380,7 @@ class SqliteSessionStore:
 
     async def get_session(self, tenant: str, session_id: str) -> SessionRecord | None:
         conn = self._conn(self._reader)
-        async with conn.execute(
-            self._SESSION_SELECT + " WHERE tenant=? AND session_id=?", (tenant, session_id)
-        ) as cur:
+        async with conn.execute(self._SESSION_SELECT + " WHERE tenant=? AND session_id=?", (tenant, session_id)) as cur:
             row = await cur.fetchone()
         return self._record_from_row(tuple(row)) if row else None
 
@@ -517,9 +512,7 @@ class SqliteSessionStore:
 
     async def list_unfinished_runs(self) -> list[RunRecord]:
         conn = self._conn(self._reader)
-        async with conn.execute(
-            "SELECT record_json FROM runs WHERE status != ?", (RunStatus.FINISHED.value,)
-        ) as cur:
+        async with conn.execute("SELECT record_json FROM runs WHERE status != ?", (RunStatus.FINISHED.value,)) as cur:
             rows = await cur.fetchall()
         return [codec.RUN_RECORD.loads(r[0]) for r in rows]
 

@@ -977,9 +977,7 @@ class FakeAnthropic:
         if not rec.headers.get("anthropic-version"):
             return self._error(rec, 400, "invalid_request_error", "anthropic-version: header is required")
         if not parse_ok:
-            return self._error(
-                rec, 400, "invalid_request_error", "There was an error parsing the body of your request"
-            )
+            return self._error(rec, 400, "invalid_request_error", "There was an error parsing the body of your request")
         required = ("model", "messages") if count_tokens else ("model", "max_tokens", "messages")
         for name in required:
             if name not in rec.body:
@@ -1023,9 +1021,7 @@ class FakeAnthropic:
         if request.method != "POST" or path not in (MESSAGES_PATH, COUNT_TOKENS_PATH):
             return self._error(rec, 404, "not_found_error", "Not Found")
         if too_large:
-            return self._error(
-                rec, 413, "request_too_large", "Request exceeds the maximum allowed number of bytes."
-            )
+            return self._error(rec, 413, "request_too_large", "Request exceeds the maximum allowed number of bytes.")
         if self.validate:
             rejected = self._validate(rec, parse_ok, count_tokens=not is_message)
             if rejected is not None:
@@ -1042,9 +1038,7 @@ class FakeAnthropic:
         rec.reply = reply
         return await self._serve(request, rec, reply)
 
-    async def _serve(
-        self, request: web.Request, rec: RecordedRequest, reply: ReplyLike
-    ) -> web.StreamResponse:
+    async def _serve(self, request: web.Request, rec: RecordedRequest, reply: ReplyLike) -> web.StreamResponse:
         if isinstance(reply, ErrorReply):
             headers = dict(reply.headers)
             if reply.retry_after is not None:
@@ -1052,9 +1046,7 @@ class FakeAnthropic:
                 headers["retry-after-ms"] = str(max(0, round(reply.retry_after * 1000)))
             if reply.should_retry is not None:
                 headers["x-should-retry"] = "true" if reply.should_retry else "false"
-            return self._error(
-                rec, reply.status, reply.resolved_error_type(), reply.resolved_message(), headers
-            )
+            return self._error(rec, reply.status, reply.resolved_error_type(), reply.resolved_message(), headers)
 
         if isinstance(reply, StreamErrorReply):
             if not rec.stream:
@@ -1206,9 +1198,7 @@ class FakeAnthropicThread:
             finally:
                 await self.fake.stop()
 
-        self._thread = threading.Thread(
-            target=asyncio.run, args=(serve(),), name="fake-anthropic", daemon=True
-        )
+        self._thread = threading.Thread(target=asyncio.run, args=(serve(),), name="fake-anthropic", daemon=True)
         self._thread.start()
         if not ready.wait(timeout):
             raise TimeoutError("fake Anthropic server did not start")
