@@ -1,0 +1,77 @@
+"""Settings: precedence flag > env > TOML > default, validation with the setting named, secrets never
+from flags."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from general_agent_server.config import ConfigError, add_flags, load_settings, settings_table_markdown
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_precedence(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('listen = "127.0.0.1:1000"\nlog_level = "DEBUG"\nmax_tokens_cap = 10\n')
+    env = {"GENERAL_AGENT_LOG_LEVEL": "WARNING", "GENERAL_AGENT_MAX_TOKENS_CAP": "20"}
+    settings = load_settings(parse("--config", str(config), "--max-tokens-cap", "30"), env)
+    assert settings.listen == "127.0.0.1:1000"  # file
+    assert settings.log_level == "WARNING"  # env over file
+    assert settings.max_tokens_cap == 30  # flag over env
+    assert load_settings(None, {}).listen == "127.0.0.1:50051"  # default
+
+
+def test_invalid_values_name_the_setting(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="GENERAL_AGENT_MAX_TOKENS_CAP"):
+        load_settings(None, {"GENERAL_AGENT_MAX_TOKENS_CAP": "lots"})
+    with pytest.raises(ConfigError, match="listen"):
+        load_settings(None, {"GENERAL_AGENT_LISTEN": "0.0.0.0:1"})
+    assert load_settings(None, {"GENERAL_AGENT_LISTEN": "0.0.0.0:1", "GENERAL_AGENT_INSECURE_LISTEN": "true"})
+    with pytest.raises(ConfigError, match="ANTHROPIC_BASE_URL"):
+        load_settings(None, {"ANTHROPIC_BASE_URL": "https://api.anthropic.com/v1"})
+    bad = tmp_path / "bad.toml"
+    bad.write_text('lisen = "x"\n')
+    with pytest.raises(ConfigError, match="unknown setting"):
+        load_settings(parse("--config", str(bad)), {})
+
+
+def test_auth_profiles_from_env_and_files_never_inline(tmp_path: Path) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text("file-key\n")
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f"""
+[auth_profiles.a]
+api_key_env = "A_KEY"
+base_url = "http://proxy"
+allowed_tenants = ["t1"]
+[auth_profiles.b]
+api_key_file = "{key_file}"
+[tenant_default_profiles]
+t1 = "a"
+"""
+    )
+    settings = load_settings(parse("--config", str(config)), {"A_KEY": "env-key", "ANTHROPIC_API_KEY": "default-key"})
+    assert settings.auth_profiles["a"].api_key == "env-key"
+    assert settings.auth_profiles["a"].allowed_tenants == frozenset({"t1"})
+    assert settings.auth_profiles["b"].api_key == "file-key"
+    assert settings.default_profile is not None
+    assert settings.default_profile.api_key == "default-key"
+    assert "env-key" not in repr(settings)
+    inline = tmp_path / "inline.toml"
+    inline.write_text('[auth_profiles.x]\napi_key = "oops"\n')
+    with pytest.raises(ConfigError, match="api_key_env"):
+        load_settings(parse("--config", str(inline)), {})
+
+
+def test_no_flag_for_secrets() -> None:
+    with pytest.raises(SystemExit):
+        parse("--anthropic-api-key-file", "x")
+    assert "GENERAL_AGENT_ANTHROPIC_API_KEY_FILE" in settings_table_markdown()
