@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-
 from general_agent_server.core.content import ImagePart, TextPart
 from general_agent_server.core.credentials import AuthProfile, CredentialResolver
 from general_agent_server.core.errors import ErrorCode, ServiceError

@@ -228,9 +228,7 @@ async def test_tool_use_input_parsed_from_chunked_partial_json(fake: FakeAnthrop
 
 @pytest.mark.asyncio
 async def test_529_twice_then_success_with_max_retries_2(fake: FakeAnthropic) -> None:
-    fake.enqueue(
-        ErrorReply(529, "overloaded_error", "Overloaded", times=2, retry_after=0.01), TextReply("ok!")
-    )
+    fake.enqueue(ErrorReply(529, "overloaded_error", "Overloaded", times=2, retry_after=0.01), TextReply("ok!"))
     async with (
         make_client(fake, max_retries=2) as client,
         client.messages.stream(model=MODEL, max_tokens=10, messages=user("hi")) as stream,
@@ -478,9 +476,7 @@ async def test_text_deltas_helper_streams_exactly_n_deltas(fake: FakeAnthropic) 
     async with make_client(fake) as client:
         stream = await client.messages.create(model=MODEL, max_tokens=5, messages=user("x"), stream=True)
         deltas = [
-            e.delta.text
-            async for e in stream
-            if e.type == "content_block_delta" and e.delta.type == "text_delta"
+            e.delta.text async for e in stream if e.type == "content_block_delta" and e.delta.type == "text_delta"
         ]
     assert deltas == [f"t{i} " for i in range(1000)]
 
@@ -555,7 +551,5 @@ def test_cli_process_mode(cli_server: str) -> None:
     assert cli_server.startswith("http://127.0.0.1:")
     with anthropic.Anthropic(base_url=cli_server, api_key="k", max_retries=0) as client:
         stream = client.messages.create(model=MODEL, max_tokens=5, messages=user("x"), stream=True)
-        deltas = [
-            e.delta.text for e in stream if e.type == "content_block_delta" and e.delta.type == "text_delta"
-        ]
+        deltas = [e.delta.text for e in stream if e.type == "content_block_delta" and e.delta.type == "text_delta"]
     assert len(deltas) == 25
