@@ -137,12 +137,12 @@ def test_get_unknown_session_is_not_found_with_reason(grpcurl: str, server_proce
     assert "Code: NotFound" in output, details
     assert "SESSION_NOT_FOUND" in output, details
 
-    # -format-error: the status as JSON (google.rpc.Status), so the details can be checked exactly.
+    # -format-error: the status as JSON (google.rpc.Status) on stderr, so the details can be checked exactly.
     result = run_grpcurl(grpcurl, server_process, f"{SERVICE}/GetSession", flags=("-format-error", "-d", request))
 
     details = describe_run(result, server_process)
     assert result.returncode == GRPCURL_STATUS_EXIT_BASE + NOT_FOUND, details
-    status = json.loads(result.stdout)
+    status = json.loads(result.stderr)
     assert status["code"] == NOT_FOUND, details
     infos = [d for d in status.get("details", []) if d.get("@type") == "type.googleapis.com/google.rpc.ErrorInfo"]
     assert len(infos) == 1, details

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from general_agent.testing import FakeAnthropicThread, TextReply
+
 from tests.e2e.conftest import TS_CLIENT_DIR, TSX, describe_run, require_executable, require_file
 from tests.support.subprocess_server import ServerProcess
 
@@ -30,9 +30,7 @@ def run_client(command: list[str], *, cwd: Path | None = None) -> subprocess.Com
     )
 
 
-def assert_smoke_output(
-    result: subprocess.CompletedProcess[str], server: ServerProcess, expected_text: str
-) -> None:
+def assert_smoke_output(result: subprocess.CompletedProcess[str], server: ServerProcess, expected_text: str) -> None:
     """Exit 0 and exactly the three lines the smoke programs print, in order."""
     details = describe_run(result, server)
     assert result.returncode == 0, details
@@ -68,17 +66,13 @@ def test_go_smoke_streams_a_turn(
     text, reply = distinctive_reply("Go")
     fake_model_thread.enqueue(reply)
 
-    result = run_client(
-        [str(go_smoke_binary), "-addr", server_process.address, "-prompt", "hello from go"]
-    )
+    result = run_client([str(go_smoke_binary), "-addr", server_process.address, "-prompt", "hello from go"])
 
     assert_smoke_output(result, server_process, text)
     assert_model_saw(fake_model_thread, "hello from go")
 
 
-def test_typescript_smoke_streams_a_turn(
-    server_process: ServerProcess, fake_model_thread: FakeAnthropicThread
-) -> None:
+def test_typescript_smoke_streams_a_turn(server_process: ServerProcess, fake_model_thread: FakeAnthropicThread) -> None:
     require_executable("node")
     tsx = require_file(TSX, "tsx (clients/ts/node_modules/.bin/tsx)")
     text, reply = distinctive_reply("TypeScript")
