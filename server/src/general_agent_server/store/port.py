@@ -1,4 +1,4 @@
-"""The SessionStore port. Any implementation must pass tests/conformance/test_session_store.py.
+"""The SessionStore port. Any implementation must pass the suite in tests/conformance/store_suite.py.
 
 Designed for several replicas from the start (spec 8.1): every state write is a compare-and-set on the
 session `version`, the session actor holds a lease, and `notify` is the seam through which another

@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import sqlite3
-import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -68,9 +67,10 @@ class _QueuedWrite:
 class SqliteSessionStore:
     """SessionStore on SQLite (see module docstring)."""
 
-    def __init__(self, path: Path, *, flush_interval: float = 0.02) -> None:
+    def __init__(self, path: Path, *, flush_interval: float = 0.02, busy_timeout_ms: int = 5000) -> None:
         self._path = path
         self._flush_interval = flush_interval
+        self._busy_timeout_ms = busy_timeout_ms
         self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
         self._queue: asyncio.Queue[_QueuedWrite | None] = asyncio.Queue()
@@ -87,14 +87,19 @@ class SqliteSessionStore:
         # The file holds conversation content: owner-only, created so before SQLite opens it.
         fd = os.open(self._path, os.O_CREAT | os.O_RDWR, 0o600)
         os.close(fd)
-        self._writer = await aiosqlite.connect(self._path, isolation_level=None)
-        await self._writer.execute("PRAGMA journal_mode=WAL")
-        await self._writer.execute("PRAGMA synchronous=NORMAL")
-        await self._writer.execute("PRAGMA foreign_keys=ON")
-        await self._writer.execute("PRAGMA busy_timeout=5000")
-        await self._migrate(self._writer)
-        self._reader = await aiosqlite.connect(self._path, isolation_level=None)
-        await self._reader.execute("PRAGMA busy_timeout=5000")
+        try:
+            self._writer = await aiosqlite.connect(self._path, isolation_level=None)
+            await self._writer.execute("PRAGMA journal_mode=WAL")
+            await self._writer.execute("PRAGMA synchronous=NORMAL")
+            await self._writer.execute("PRAGMA foreign_keys=ON")
+            await self._writer.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
+            await self._migrate(self._writer)
+            self._reader = await aiosqlite.connect(self._path, isolation_level=None)
+            await self._reader.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
+        except BaseException:
+            # A half-opened store must not keep its connection threads alive (the process would hang).
+            await self._close_connections()
+            raise
         self._writer_task = asyncio.create_task(self._write_loop(), name="sqlite-writer")
 
     async def close(self) -> None:
@@ -103,6 +108,9 @@ class SqliteSessionStore:
             self._urgent.set()
             await self._writer_task
             self._writer_task = None
+        await self._close_connections()
+
+    async def _close_connections(self) -> None:
         for conn in (self._reader, self._writer):
             if conn is not None:
                 await conn.close()
@@ -179,30 +187,37 @@ class SqliteSessionStore:
             await self._commit_group(rest)
 
     async def _commit_group(self, group: list[_QueuedWrite]) -> None:
+        """Commits a group in one transaction. On failure each batch is retried alone so only the failing
+        one reports the error; the writer itself never dies (a locked or failing database fails the writes
+        of that moment, and later writes proceed)."""
         conn = self._conn(self._writer)
         try:
-            await conn.execute("BEGIN IMMEDIATE")
-            for item in group:
-                await self._apply(conn, item)
-            await conn.execute("COMMIT")
-        except Exception:
-            await conn.execute("ROLLBACK")
+            await self._transaction(conn, group)
+        except Exception as exc:
             if len(group) == 1:
-                self._settle(group[0], _exception())
+                self._settle(group[0], exc)
                 return
-            # Retry one by one so only the failing batch reports the error.
             for item in group:
                 try:
-                    await conn.execute("BEGIN IMMEDIATE")
-                    await self._apply(conn, item)
-                    await conn.execute("COMMIT")
+                    await self._transaction(conn, [item])
+                except Exception as single:
+                    self._settle(item, single)
+                else:
                     self._settle(item, None)
-                except Exception as exc:
-                    await conn.execute("ROLLBACK")
-                    self._settle(item, exc)
             return
         for item in group:
             self._settle(item, None)
+
+    async def _transaction(self, conn: aiosqlite.Connection, items: list[_QueuedWrite]) -> None:
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            for item in items:
+                await self._apply(conn, item)
+            await conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                await conn.execute("ROLLBACK")
+            raise
 
     @staticmethod
     def _settle(item: _QueuedWrite, error: BaseException | None) -> None:
@@ -630,8 +645,3 @@ class _Lease:
 
 
 _Operation = _InsertSession | _DeleteSession | _Lease
-
-
-def _exception() -> BaseException:
-    exc = sys.exc_info()[1]
-    return exc if exc is not None else StoreError("unknown store error")

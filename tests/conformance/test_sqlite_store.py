@@ -1,0 +1,246 @@
+"""SqliteSessionStore against the conformance suite, plus what only the SQLite file can show."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+from collections.abc import AsyncIterator, Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
+
+import pytest
+from general_agent_server.store.migrations import MIGRATIONS
+from general_agent_server.store.port import StoreError, WriteBatch
+from general_agent_server.store.sqlite import SqliteSessionStore
+
+from tests.conformance.store_suite import (
+    SessionStoreConformance,
+    all_events,
+    all_transcript,
+    bump,
+    full_session,
+    make_entry,
+    make_event,
+    make_message,
+    make_run,
+    make_session,
+    new_id,
+    new_tenant,
+    without_entry_ids,
+)
+
+FLUSH_INTERVAL = 0.005
+
+
+@contextmanager
+def raw(path: Path) -> Iterator[sqlite3.Connection]:
+    """A plain sqlite3 connection to the file, closed afterwards."""
+    with closing(sqlite3.connect(path)) as conn:
+        yield conn
+
+
+def pragma(path: Path, name: str) -> object:
+    with raw(path) as conn:
+        row = conn.execute(f"PRAGMA {name}").fetchone()
+    assert row is not None
+    return row[0]
+
+
+class TestSqliteStore(SessionStoreConformance):
+    @pytest.fixture
+    async def store(self, tmp_path: Path) -> AsyncIterator[SqliteSessionStore]:
+        store = SqliteSessionStore(tmp_path / "x.sqlite3", flush_interval=FLUSH_INTERVAL)
+        await store.open()
+        try:
+            yield store
+        finally:
+            await store.close()
+
+    @pytest.fixture
+    def db_path(self, tmp_path: Path) -> Path:
+        return tmp_path / "state" / "x.sqlite3"
+
+    async def _open(self, path: Path) -> SqliteSessionStore:
+        store = SqliteSessionStore(path, flush_interval=FLUSH_INTERVAL)
+        await store.open()
+        return store
+
+    # ------------------------------------------------------------ file
+    async def test_file_is_created_with_mode_0600(self, db_path: Path) -> None:
+        assert not db_path.exists()
+        store = await self._open(db_path)
+        try:
+            tenant, sid = new_tenant(), new_id()
+            await store.create_session(full_session(tenant, sid))
+            assert stat.S_IMODE(db_path.stat().st_mode) == 0o600
+        finally:
+            await store.close()
+        assert stat.S_IMODE(db_path.stat().st_mode) == 0o600
+
+    async def test_wal_and_shm_files_are_owner_only(self, db_path: Path) -> None:
+        store = await self._open(db_path)
+        try:
+            tenant, sid = new_tenant(), new_id()
+            await store.create_session(full_session(tenant, sid))
+            side_files = [db_path.with_name(db_path.name + suffix) for suffix in ("-wal", "-shm")]
+            present = [p for p in side_files if p.exists()]
+            assert present, "a WAL-mode database with an open connection has its -wal/-shm files"
+            for p in present:
+                assert stat.S_IMODE(p.stat().st_mode) == 0o600, p.name
+        finally:
+            await store.close()
+
+    async def test_journal_mode_is_wal(self, store: SqliteSessionStore) -> None:
+        assert str(pragma(store.path, "journal_mode")).lower() == "wal"
+
+    async def test_user_version_equals_number_of_migrations(self, store: SqliteSessionStore) -> None:
+        assert len(MIGRATIONS) >= 1
+        assert pragma(store.path, "user_version") == len(MIGRATIONS)
+
+    # ------------------------------------------------------------ migrations
+    async def test_reopening_an_existing_file_keeps_data(self, db_path: Path) -> None:
+        tenant, sid = new_tenant(), new_id()
+        record = full_session(tenant, sid)
+        first = await self._open(db_path)
+        try:
+            await first.create_session(record)
+            await first.write(
+                WriteBatch(
+                    tenant=tenant,
+                    session_id=sid,
+                    session=bump(record),
+                    events=[make_event(sid, 1)],
+                    transcript=[make_entry(1)],
+                    history=[make_message(0)],
+                    runs=[make_run(tenant, sid, "run-1", request_id="req-1")],
+                )
+            )
+        finally:
+            await first.close()
+
+        for _ in range(2):  # migrations run again on every open and must be no-ops
+            again = await self._open(db_path)
+            try:
+                assert await again.get_session(tenant, sid) == bump(record)
+                assert await all_events(again, tenant, sid) == [make_event(sid, 1)]
+                assert without_entry_ids(await all_transcript(again, tenant, sid)) == [make_entry(1)]
+                assert await again.load_history(tenant, sid) == [make_message(0)]
+                assert await again.get_run(tenant, sid, "run-1") == make_run(tenant, sid, "run-1", request_id="req-1")
+            finally:
+                await again.close()
+            assert pragma(db_path, "user_version") == len(MIGRATIONS)
+
+    async def test_newer_schema_version_than_the_code_raises_store_error(self, db_path: Path) -> None:
+        first = await self._open(db_path)
+        await first.close()
+        with raw(db_path) as conn:
+            conn.execute(f"PRAGMA user_version={len(MIGRATIONS) + 1}")
+            conn.commit()
+
+        store = SqliteSessionStore(db_path, flush_interval=FLUSH_INTERVAL)
+        try:
+            with pytest.raises(StoreError, match="newer"):
+                await store.open()
+        finally:
+            await store.close()
+        # The file is left as it was: no downgrade.
+        assert pragma(db_path, "user_version") == len(MIGRATIONS) + 1
+
+    # ------------------------------------------------------------ durability
+    async def test_durable_write_survives_close_and_reopen(self, db_path: Path) -> None:
+        tenant, sid = new_tenant(), new_id()
+        record = full_session(tenant, sid)
+        store = await self._open(db_path)
+        try:
+            await store.create_session(record)
+            await store.write(
+                WriteBatch(tenant=tenant, session_id=sid, session=bump(record), events=[make_event(sid, 1)]),
+                durable=True,
+            )
+        finally:
+            await store.close()
+
+        reopened = await self._open(db_path)
+        try:
+            assert await reopened.get_session(tenant, sid) == bump(record)
+            assert await all_events(reopened, tenant, sid) == [make_event(sid, 1)]
+        finally:
+            await reopened.close()
+
+    async def test_durable_write_is_committed_to_the_file_when_it_returns(self, db_path: Path) -> None:
+        tenant, sid = new_tenant(), new_id()
+        store = await self._open(db_path)
+        try:
+            await store.create_session(full_session(tenant, sid))
+            await store.write(
+                WriteBatch(tenant=tenant, session_id=sid, events=[make_event(sid, 1), make_event(sid, 2)]),
+                durable=True,
+            )
+            # Another connection (another process after a kill -9) sees it without close or flush.
+            with raw(db_path) as conn:
+                rows = conn.execute(
+                    "SELECT sequence FROM events WHERE tenant=? AND session_id=? ORDER BY sequence",
+                    (tenant, sid),
+                ).fetchall()
+            assert [r[0] for r in rows] == [1, 2]
+        finally:
+            await store.close()
+
+    async def test_close_flushes_buffered_writes(self, db_path: Path) -> None:
+        tenant, sid = new_tenant(), new_id()
+        store = await self._open(db_path)
+        try:
+            await store.create_session(full_session(tenant, sid))
+            for i in range(1, 6):
+                await store.write(WriteBatch(tenant=tenant, session_id=sid, events=[make_event(sid, i)]), durable=False)
+        finally:
+            await store.close()
+
+        reopened = await self._open(db_path)
+        try:
+            assert await all_events(reopened, tenant, sid) == [make_event(sid, i) for i in range(1, 6)]
+        finally:
+            await reopened.close()
+
+    async def test_write_after_close_raises_store_error(self, db_path: Path) -> None:
+        store = await self._open(db_path)
+        await store.close()
+        with pytest.raises(StoreError):
+            await store.write(WriteBatch(tenant=new_tenant(), session_id=new_id()))
+
+
+async def test_a_locked_database_fails_that_write_and_the_writer_recovers(tmp_path: Path) -> None:
+    """A write that cannot take the lock fails with StoreError; once the lock is gone, writes work again
+    (the writer task must not die)."""
+    path = tmp_path / "locked.sqlite3"
+    store = SqliteSessionStore(path, flush_interval=0.005, busy_timeout_ms=50)
+    await store.open()
+    try:
+        record = make_session("default", "s1")
+        await store.create_session(record)
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StoreError):
+                await store.write(WriteBatch(tenant="default", session_id="s1", session=bump(record)))
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        await store.write(WriteBatch(tenant="default", session_id="s1", session=bump(record)))
+        stored = await store.get_session("default", "s1")
+        assert stored is not None
+        assert stored.version == record.version + 1
+    finally:
+        await store.close()
+
+
+async def test_a_failed_open_releases_its_connections(tmp_path: Path) -> None:
+    path = tmp_path / "newer.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version={len(MIGRATIONS) + 5}")
+    conn.close()
+    store = SqliteSessionStore(path)
+    with pytest.raises(StoreError):
+        await store.open()
+    assert store._writer is None
+    assert store._reader is None
