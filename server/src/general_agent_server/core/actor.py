@@ -66,6 +66,9 @@ class ActiveRun:
     task: asyncio.Task[None] | None = None
     stop_reason: RunReason | None = None
     finished: asyncio.Event = field(default_factory=asyncio.Event)
+    # The first model request starts while the admission commits; nothing is emitted before it has.
+    admitted: asyncio.Event = field(default_factory=asyncio.Event)
+    admission_failed: bool = False
 
 
 class SessionActor:
@@ -271,17 +274,27 @@ class SessionActor:
             run.finished.set()
             return run
         user_message = HistoryMessage(role="user", content=user_content_blocks(turn.parts), run_id=run_id)
-        await self.commit(
-            events=[started],
-            transcript=transcript,
-            history=[user_message],
-            runs=[run_record],
-            state=SessionState.RUNNING,
-            active_run_id=run_id,
-        )
         run = ActiveRun(run_id=run_id, record=run_record, model_ref=model_ref, credential=credential)
         self.run = run
-        run.task = asyncio.create_task(RunDriver(self, run).execute(), name=f"run-{run_id}")
+        # The model request goes out while the admission commits (it only reads the history it is given);
+        # the driver emits nothing until `admitted` is set.
+        driver = RunDriver(self, run, first_history=[*self.history, user_message])
+        run.task = asyncio.create_task(driver.execute(), name=f"run-{run_id}")
+        try:
+            await self.commit(
+                events=[started],
+                transcript=transcript,
+                history=[user_message],
+                runs=[run_record],
+                state=SessionState.RUNNING,
+                active_run_id=run_id,
+            )
+        except BaseException:
+            run.admission_failed = True
+            run.task.cancel()
+            self.run = None
+            raise
+        run.admitted.set()
         return run
 
     def cancel_run(self, reason: RunReason, run_id: str = "") -> str:

@@ -13,7 +13,7 @@ from general_agent_server.core.content import ContentPart
 from general_agent_server.core.errors import ErrorDetail
 from general_agent_server.core.events import EventBody
 from general_agent_server.core.history import HistoryMessage
-from general_agent_server.core.runs import RunRecord
+from general_agent_server.core.runs import RunRecord, ToolCallRecord
 from general_agent_server.core.session import ForkOrigin, SessionConfig, Usage, UsageSnapshot
 from general_agent_server.core.transcript import TranscriptBody
 
@@ -58,3 +58,17 @@ USAGE_SNAPSHOT: JsonCodec[UsageSnapshot] = _codec(UsageSnapshot)
 FORK_ORIGIN: JsonCodec[ForkOrigin] = _codec(ForkOrigin)
 ERROR_DETAIL: JsonCodec[ErrorDetail] = _codec(ErrorDetail)
 RUN_RECORD: JsonCodec[RunRecord] = _codec(RunRecord)
+# A bare dataclass gets no config, but the record nests image bytes: wrap it in a tuple so the base64
+# setting applies.
+_TOOL_CALLS: JsonCodec[tuple[ToolCallRecord]] = _codec(tuple[ToolCallRecord])
+
+
+class _ToolCallCodec:
+    def dumps(self, value: ToolCallRecord) -> str:
+        return _TOOL_CALLS.dumps((value,))
+
+    def loads(self, text: str | bytes) -> ToolCallRecord:
+        return _TOOL_CALLS.loads(text)[0]
+
+
+TOOL_CALL = _ToolCallCodec()

@@ -1,15 +1,19 @@
-"""Loads session actors on demand and drops them when idle, so idle sessions hold no task and little
-memory. Also holds the in-memory API key overrides, which are never persisted."""
+"""Loads session actors on demand. An idle actor holds no task; the most recently used idle actors stay
+cached (bounded) so the next turn does not re-read the session and its history from the store. Also holds
+the in-memory API key overrides, which are never persisted."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from general_agent_server.core.actor import SessionActor
 from general_agent_server.core.errors import session_not_found
+from general_agent_server.core.history import HistoryMessage
 from general_agent_server.core.model import ModelClient
+from general_agent_server.core.session import SessionRecord
 from general_agent_server.core.settings import CoreSettings
 from general_agent_server.core.transcript_export import TranscriptExporter
 from general_agent_server.store.port import SessionStore
@@ -26,6 +30,8 @@ class ActorRegistry:
         self._settings = settings
         self._exporter = exporter
         self._actors: dict[_Key, SessionActor] = {}
+        # Idle actors, least recently used first; bounded by settings.max_idle_actors.
+        self._idle: OrderedDict[_Key, SessionActor] = OrderedDict()
         self._loading: dict[_Key, asyncio.Future[SessionActor | None]] = {}
         self.memory_keys: dict[_Key, str] = {}
 
@@ -33,7 +39,13 @@ class ActorRegistry:
         return list(self._actors.values())
 
     def peek(self, tenant: str, session_id: str) -> SessionActor | None:
-        return self._actors.get((tenant, session_id))
+        key = (tenant, session_id)
+        return self._actors.get(key) or self._idle.get(key)
+
+    def adopt(self, actor: SessionActor) -> None:
+        """Caches the actor of a session this process just created (nothing to read back)."""
+        actor.on_idle = self._drop_if_idle
+        self._park(actor)
 
     @asynccontextmanager
     async def use(self, tenant: str, session_id: str) -> AsyncIterator[SessionActor]:
@@ -50,11 +62,14 @@ class ActorRegistry:
 
     def forget(self, tenant: str, session_id: str) -> None:
         self._actors.pop((tenant, session_id), None)
+        self._idle.pop((tenant, session_id), None)
         self.memory_keys.pop((tenant, session_id), None)
 
     async def _acquire(self, tenant: str, session_id: str) -> SessionActor:
         key = (tenant, session_id)
         actor = self._actors.get(key)
+        if actor is None and (actor := self._idle.pop(key, None)) is not None:
+            self._actors[key] = actor
         if actor is None:
             loading = self._loading.get(key)
             if loading is None:
@@ -80,6 +95,9 @@ class ActorRegistry:
             return None
         history = await self._store.load_history(tenant, session_id)
         await self._exporter.reconcile(tenant, session_id, self._store)
+        return self.new_actor(record, history)
+
+    def new_actor(self, record: SessionRecord, history: list[HistoryMessage]) -> SessionActor:
         actor = SessionActor(
             record=record,
             history=history,
@@ -95,3 +113,11 @@ class ActorRegistry:
         key = (actor.tenant, actor.session_id)
         if actor.idle and self._actors.get(key) is actor:
             del self._actors[key]
+            self._park(actor)
+
+    def _park(self, actor: SessionActor) -> None:
+        key = (actor.tenant, actor.session_id)
+        self._idle[key] = actor
+        self._idle.move_to_end(key)
+        while len(self._idle) > self._settings.max_idle_actors:
+            self._idle.popitem(last=False)

@@ -87,9 +87,12 @@ def provider_error_detail(error: ModelCallError) -> ErrorDetail:
 class RunDriver:
     """Executes one run on behalf of its actor."""
 
-    def __init__(self, actor: SessionActor, run: ActiveRun) -> None:
+    def __init__(
+        self, actor: SessionActor, run: ActiveRun, *, first_history: list[HistoryMessage] | None = None
+    ) -> None:
         self.actor = actor
         self.run = run
+        self._first_history = first_history
         self.usage = Usage()
         self._partial_text: list[str] = []
         self._in_model_call = False
@@ -99,12 +102,16 @@ class RunDriver:
         try:
             await self._loop()
         except asyncio.CancelledError:
+            if self.run.admission_failed:
+                return  # the run never existed: nothing to finish
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
+            await self.run.admitted.wait()
             await self._finish_stopped()
         except Exception as exc:
             logger.exception("run %s failed internally", self.run.run_id, extra={"category": "system"})
+            await self.run.admitted.wait()
             await self._finish(
                 RunOutcome.FAILED,
                 reason=RunReason.INTERNAL,
@@ -124,11 +131,12 @@ class RunDriver:
         model_ref = run.model_ref
         while True:
             config = actor.record.config
+            history, self._first_history = self._first_history or actor.history, None
             request = build_request(
                 config=config,
                 model_ref=model_ref,
                 system_prompt=config.system_prompt,
-                history=actor.history,
+                history=history,
                 tools=[],
                 max_tokens_cap=actor.settings.max_tokens_cap,
             )
@@ -137,6 +145,8 @@ class RunDriver:
             complete: MessageComplete | None = None
             try:
                 async for item in actor.model.stream(request, run.credential):
+                    if not run.admitted.is_set():
+                        await run.admitted.wait()
                     if isinstance(item, TextDelta):
                         self._partial_text.append(item.text)
                         await actor.emit_buffered(run.run_id, AssistantDelta(text=item.text))
@@ -147,6 +157,7 @@ class RunDriver:
                     else:
                         complete = item
             except ModelCallError as error:
+                await run.admitted.wait()
                 self._in_model_call = False
                 self.usage = self.usage + error.partial_usage
                 detail = provider_error_detail(error)

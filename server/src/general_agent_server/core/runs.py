@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from general_agent_server.core.content import ContentPart
 from general_agent_server.core.events import RunOutcome, RunReason, RunTrigger
 from general_agent_server.core.session import Usage
 
@@ -45,3 +46,56 @@ class IdempotencyRecord:
     body_hash: str
     result_json: str
     create_time: datetime
+
+
+class CallKind(enum.Enum):
+    LOCAL = "LOCAL"
+    HOSTED = "HOSTED"
+
+
+class CallStatus(enum.Enum):
+    PENDING = "PENDING"
+    RESOLVED = "RESOLVED"
+
+
+class ResolvedBy(enum.Enum):
+    """How a tool call got its result (spec 6: recorded with the payload hash)."""
+
+    EXECUTED = "EXECUTED"  # a local tool ran (or was refused: unknown, invalid, blocked)
+    SUBMIT = "SUBMIT"
+    TIMEOUT = "TIMEOUT"
+    STOP = "STOP"
+    SUPERSEDED = "SUPERSEDED"
+    RESET = "RESET"
+    INTERRUPTED = "INTERRUPTED"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CallResult:
+    """A tool call's result as stored: what the model sees and what hosts see."""
+
+    content: tuple[ContentPart, ...]
+    details_json: str = ""
+    is_error: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCallRecord:
+    """One tool_use of one model call. Local and hosted calls share the shape, so a round's results are
+    rebuilt in call order from these rows after a suspension or a restart."""
+
+    tenant: str
+    session_id: str
+    run_id: str
+    round_index: int
+    position: int
+    call_id: str
+    tool_name: str
+    input_json: str
+    kind: CallKind
+    status: CallStatus = CallStatus.PENDING
+    deadline: datetime | None = None
+    result: CallResult | None = None
+    resolved_by: ResolvedBy | None = None
+    payload_hash: str = ""
+    resolve_sequence: int = 0

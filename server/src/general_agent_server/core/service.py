@@ -215,6 +215,7 @@ class AgentCore:
                 f"session {session_id!r} already exists",
                 metadata={"session_id": session_id},
             ) from None
+        self.registry.adopt(self.registry.new_actor(record, []))
         if api_key:
             self.registry.memory_keys[(ctx.tenant, session_id)] = api_key
         logger.info("session created", extra={"category": "system", "tenant": ctx.tenant, "session_id": session_id})
@@ -316,7 +317,8 @@ class AgentCore:
                     raise ServiceError(
                         ErrorCode.FAILED_PRECONDITION,
                         "IDENTITY_MISMATCH",
-                        f"cannot change the mode of session {session_id!r} while a run is {actor.record.state.value.lower()}",
+                        f"cannot change the mode of session {session_id!r} while a run is "
+                        f"{actor.record.state.value.lower()}",
                         metadata={"state": actor.record.state.value},
                     )
                 changes["identity"] = identity

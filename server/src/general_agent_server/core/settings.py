@@ -18,3 +18,4 @@ class CoreSettings:
     max_history_page_bytes: int = 4 * 1024 * 1024
     shutdown_grace_seconds: float = 10.0
     event_replay_batch: int = 500
+    max_idle_actors: int = 1000

@@ -152,7 +152,8 @@ class TranscriptExporter:
         await self.flush()
         path = self.path_for(tenant, session_id)
         stored = await source.count_transcript(tenant, session_id)
-        if await asyncio.to_thread(_line_count, path) == stored:
+        lines_on_disk = await asyncio.to_thread(_line_count, path)
+        if lines_on_disk == stored or (lines_on_disk < 0 and stored == 0):
             return
         entries = await source.read_transcript(tenant, session_id, after_entry_id=0, limit=stored + 1)
         lines = [json.dumps(entry_json(e), ensure_ascii=False, separators=(",", ":")) for e in entries]

@@ -75,4 +75,23 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (tenant, rpc, request_id)
     ) WITHOUT ROWID;
     """,
+    # 2: tool calls of every model call (local and hosted), for suspensions, idempotent submits and
+    # restart recovery.
+    """
+    CREATE TABLE tool_calls (
+        tenant TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        round_index INTEGER NOT NULL,
+        position INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        deadline_us INTEGER,
+        record_json TEXT NOT NULL,
+        PRIMARY KEY (tenant, session_id, call_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX tool_calls_by_run ON tool_calls (tenant, session_id, run_id, round_index, position);
+    CREATE INDEX tool_calls_pending ON tool_calls (status, kind) WHERE status = 'PENDING';
+    """,
 )

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from general_agent_server.core.events import SequencedEvent
 from general_agent_server.core.history import HistoryMessage
-from general_agent_server.core.runs import IdempotencyRecord, RunRecord
+from general_agent_server.core.runs import IdempotencyRecord, RunRecord, ToolCallRecord
 from general_agent_server.core.session import SessionMode, SessionRecord
 from general_agent_server.core.transcript import TranscriptEntry
 
@@ -68,6 +68,7 @@ class WriteBatch:
     replace_history: bool = False
     clear_transcript: bool = False
     runs: list[RunRecord] = field(default_factory=list)
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
     idempotency: IdempotencyRecord | None = None
 
 
@@ -127,6 +128,16 @@ class SessionStore(Protocol):
     async def get_run(self, tenant: str, session_id: str, run_id: str) -> RunRecord | None: ...
 
     async def find_run_by_request_id(self, tenant: str, session_id: str, request_id: str) -> RunRecord | None: ...
+
+    async def list_tool_calls(self, tenant: str, session_id: str, run_id: str) -> list[ToolCallRecord]:
+        """A run's tool calls ordered by round, then position."""
+        ...
+
+    async def get_tool_call(self, tenant: str, session_id: str, call_id: str) -> ToolCallRecord | None: ...
+
+    async def list_pending_hosted_calls(self) -> list[ToolCallRecord]:
+        """Pending hosted calls of all tenants (deadlines are re-armed at start-up)."""
+        ...
 
     async def list_unfinished_runs(self) -> list[RunRecord]:
         """Runs (all tenants) whose status is not FINISHED, for start-up recovery."""

@@ -8,6 +8,7 @@ buffered writes call `flush()` first."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -16,14 +17,15 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import aiosqlite
 
 from general_agent_server.core import codec
 from general_agent_server.core.events import SequencedEvent
 from general_agent_server.core.history import HistoryMessage
-from general_agent_server.core.runs import IdempotencyRecord, RunRecord, RunStatus
+from general_agent_server.core.runs import IdempotencyRecord, RunRecord, RunStatus, ToolCallRecord
 from general_agent_server.core.session import (
     SessionIdentity,
     SessionMode,
@@ -43,6 +45,8 @@ from general_agent_server.store.port import (
 )
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DB_FILE_NAME = "general-agent.sqlite3"
 
@@ -71,7 +75,10 @@ class SqliteSessionStore:
         self._path = path
         self._flush_interval = flush_interval
         self._busy_timeout_ms = busy_timeout_ms
-        self._writer: aiosqlite.Connection | None = None
+        # Writes run on one dedicated thread with its own sqlite3 connection: a group commit is one hand-off
+        # to that thread, not one per statement. Reads use aiosqlite.
+        self._writer: sqlite3.Connection | None = None
+        self._writer_thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-writer")
         self._reader: aiosqlite.Connection | None = None
         self._queue: asyncio.Queue[_QueuedWrite | None] = asyncio.Queue()
         self._urgent = asyncio.Event()
@@ -88,12 +95,7 @@ class SqliteSessionStore:
         fd = os.open(self._path, os.O_CREAT | os.O_RDWR, 0o600)
         os.close(fd)
         try:
-            self._writer = await aiosqlite.connect(self._path, isolation_level=None)
-            await self._writer.execute("PRAGMA journal_mode=WAL")
-            await self._writer.execute("PRAGMA synchronous=NORMAL")
-            await self._writer.execute("PRAGMA foreign_keys=ON")
-            await self._writer.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
-            await self._migrate(self._writer)
+            self._writer = await self._on_writer(self._open_writer)
             self._reader = await aiosqlite.connect(self._path, isolation_level=None)
             await self._reader.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
         except BaseException:
@@ -109,16 +111,33 @@ class SqliteSessionStore:
             await self._writer_task
             self._writer_task = None
         await self._close_connections()
+        self._writer_thread.shutdown(wait=False)
 
     async def _close_connections(self) -> None:
-        for conn in (self._reader, self._writer):
-            if conn is not None:
-                await conn.close()
-        self._reader = self._writer = None
+        if self._reader is not None:
+            await self._reader.close()
+        writer, self._reader, self._writer = self._writer, None, None
+        if writer is not None:
+            await self._on_writer(writer.close)
 
-    async def _migrate(self, conn: aiosqlite.Connection) -> None:
-        async with conn.execute("PRAGMA user_version") as cur:
-            row = await cur.fetchone()
+    async def _on_writer(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._writer_thread, fn, *args)
+
+    def _open_writer(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
+            self._migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        row = conn.execute("PRAGMA user_version").fetchone()
         current = int(row[0]) if row else 0
         if current > len(MIGRATIONS):
             raise StoreError(
@@ -128,7 +147,7 @@ class SqliteSessionStore:
         for version in range(current + 1, len(MIGRATIONS) + 1):
             logger.info("migrating state schema to version %d", version, extra={"category": "system"})
             script = MIGRATIONS[version - 1]
-            await conn.executescript(f"BEGIN;\n{script}\nPRAGMA user_version={version};\nCOMMIT;")
+            conn.executescript(f"BEGIN;\n{script}\nPRAGMA user_version={version};\nCOMMIT;")
 
     def _conn(self, which: aiosqlite.Connection | None) -> aiosqlite.Connection:
         if which is None:
@@ -187,36 +206,42 @@ class SqliteSessionStore:
             await self._commit_group(rest)
 
     async def _commit_group(self, group: list[_QueuedWrite]) -> None:
-        """Commits a group in one transaction. On failure each batch is retried alone so only the failing
-        one reports the error; the writer itself never dies (a locked or failing database fails the writes
-        of that moment, and later writes proceed)."""
-        conn = self._conn(self._writer)
+        errors = await self._on_writer(self._commit_group_sync, group)
+        for item, error in zip(group, errors, strict=True):
+            self._settle(item, error)
+
+    def _commit_group_sync(self, group: list[_QueuedWrite]) -> list[BaseException | None]:
+        """Commits a group in one transaction (on the writer thread). On failure each batch is retried alone
+        so only the failing one reports the error; the writer itself never dies (a locked or failing
+        database fails the writes of that moment, and later writes proceed)."""
+        conn = self._writer
+        if conn is None:
+            return [StoreError("store is not open")] * len(group)
         try:
-            await self._transaction(conn, group)
+            self._transaction(conn, group)
         except Exception as exc:
             if len(group) == 1:
-                self._settle(group[0], exc)
-                return
+                return [exc]
+            errors: list[BaseException | None] = []
             for item in group:
                 try:
-                    await self._transaction(conn, [item])
+                    self._transaction(conn, [item])
                 except Exception as single:
-                    self._settle(item, single)
+                    errors.append(single)
                 else:
-                    self._settle(item, None)
-            return
-        for item in group:
-            self._settle(item, None)
+                    errors.append(None)
+            return errors
+        return [None] * len(group)
 
-    async def _transaction(self, conn: aiosqlite.Connection, items: list[_QueuedWrite]) -> None:
-        await conn.execute("BEGIN IMMEDIATE")
+    def _transaction(self, conn: sqlite3.Connection, items: list[_QueuedWrite]) -> None:
+        conn.execute("BEGIN IMMEDIATE")
         try:
             for item in items:
-                await self._apply(conn, item)
-            await conn.execute("COMMIT")
+                self._apply(conn, item)
+            conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
-                await conn.execute("ROLLBACK")
+                conn.execute("ROLLBACK")
             raise
 
     @staticmethod
@@ -232,17 +257,17 @@ class SqliteSessionStore:
         else:
             item.done.set_exception(error if isinstance(error, StoreError) else StoreError(str(error)))
 
-    async def _apply(self, conn: aiosqlite.Connection, item: _QueuedWrite) -> None:
+    def _apply(self, conn: sqlite3.Connection, item: _QueuedWrite) -> None:
         batch = item.batch
         if item.operation is not None:
-            await item.operation.run(conn, batch)
+            item.operation.run(conn, batch)
         tenant, sid = batch.tenant, batch.session_id
         if batch.session is not None:
-            await self._update_session(conn, batch.session)
+            self._update_session(conn, batch.session)
         if batch.replace_history:
-            await conn.execute("DELETE FROM history WHERE tenant=? AND session_id=?", (tenant, sid))
+            conn.execute("DELETE FROM history WHERE tenant=? AND session_id=?", (tenant, sid))
         if batch.history:
-            await conn.executemany(
+            conn.executemany(
                 "INSERT OR REPLACE INTO history (tenant, session_id, idx, run_id, format_version, message_json)"
                 " VALUES (?,?,?,?,?,?)",
                 [
@@ -258,9 +283,9 @@ class SqliteSessionStore:
                 ],
             )
         if batch.clear_transcript:
-            await conn.execute("DELETE FROM transcript WHERE tenant=? AND session_id=?", (tenant, sid))
+            conn.execute("DELETE FROM transcript WHERE tenant=? AND session_id=?", (tenant, sid))
         if batch.transcript:
-            await conn.executemany(
+            conn.executemany(
                 "INSERT INTO transcript (tenant, session_id, sequence, run_id, timestamp_us, entry_json)"
                 " VALUES (?,?,?,?,?,?)",
                 [
@@ -276,7 +301,7 @@ class SqliteSessionStore:
                 ],
             )
         if batch.events:
-            await conn.executemany(
+            conn.executemany(
                 "INSERT INTO events (tenant, session_id, sequence, run_id, create_time_us, body_json)"
                 " VALUES (?,?,?,?,?,?)",
                 [
@@ -285,7 +310,7 @@ class SqliteSessionStore:
                 ],
             )
         for run in batch.runs:
-            await conn.execute(
+            conn.execute(
                 "INSERT OR REPLACE INTO runs (tenant, session_id, run_id, request_id, status, record_json)"
                 " VALUES (?,?,?,?,?,?)",
                 (
@@ -297,11 +322,31 @@ class SqliteSessionStore:
                     codec.RUN_RECORD.dumps(run),
                 ),
             )
+        if batch.tool_calls:
+            conn.executemany(
+                "INSERT OR REPLACE INTO tool_calls (tenant, session_id, call_id, run_id, round_index, position, kind,"
+                " status, deadline_us, record_json) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                [
+                    (
+                        c.tenant,
+                        c.session_id,
+                        c.call_id,
+                        c.run_id,
+                        c.round_index,
+                        c.position,
+                        c.kind.value,
+                        c.status.value,
+                        to_us(c.deadline) if c.deadline else None,
+                        codec.TOOL_CALL.dumps(c),
+                    )
+                    for c in batch.tool_calls
+                ],
+            )
         if batch.idempotency is not None:
-            await self._insert_idempotency(conn, batch.idempotency)
+            self._insert_idempotency(conn, batch.idempotency)
 
-    async def _update_session(self, conn: aiosqlite.Connection, record: SessionRecord) -> None:
-        cur = await conn.execute(
+    def _update_session(self, conn: sqlite3.Connection, record: SessionRecord) -> None:
+        cur = conn.execute(
             "UPDATE sessions SET session_key=?, mode=?, parent_session_id=?, state=?, config_json=?,"
             " labels_json=?, runtime_json=?, last_sequence=?, sequence_reserved=?, history_message_count=?,"
             " update_time_us=?, version=? WHERE tenant=? AND session_id=? AND version=?",
@@ -525,6 +570,34 @@ class SqliteSessionStore:
             row = await cur.fetchone()
         return codec.RUN_RECORD.loads(row[0]) if row else None
 
+    async def list_tool_calls(self, tenant: str, session_id: str, run_id: str) -> list[ToolCallRecord]:
+        conn = self._conn(self._reader)
+        async with conn.execute(
+            "SELECT record_json FROM tool_calls WHERE tenant=? AND session_id=? AND run_id=?"
+            " ORDER BY round_index, position",
+            (tenant, session_id, run_id),
+        ) as cur:
+            rows = await cur.fetchall()
+        return [codec.TOOL_CALL.loads(r[0]) for r in rows]
+
+    async def get_tool_call(self, tenant: str, session_id: str, call_id: str) -> ToolCallRecord | None:
+        conn = self._conn(self._reader)
+        async with conn.execute(
+            "SELECT record_json FROM tool_calls WHERE tenant=? AND session_id=? AND call_id=?",
+            (tenant, session_id, call_id),
+        ) as cur:
+            row = await cur.fetchone()
+        return codec.TOOL_CALL.loads(row[0]) if row else None
+
+    async def list_pending_hosted_calls(self) -> list[ToolCallRecord]:
+        conn = self._conn(self._reader)
+        async with conn.execute(
+            "SELECT record_json FROM tool_calls WHERE status='PENDING' AND kind='HOSTED'"
+            " ORDER BY tenant, session_id, round_index, position"
+        ) as cur:
+            rows = await cur.fetchall()
+        return [codec.TOOL_CALL.loads(r[0]) for r in rows]
+
     async def list_unfinished_runs(self) -> list[RunRecord]:
         conn = self._conn(self._reader)
         async with conn.execute("SELECT record_json FROM runs WHERE status != ?", (RunStatus.FINISHED.value,)) as cur:
@@ -554,8 +627,8 @@ class SqliteSessionStore:
         await self.write(WriteBatch(tenant=record.tenant, session_id="", idempotency=record))
 
     @staticmethod
-    async def _insert_idempotency(conn: aiosqlite.Connection, record: IdempotencyRecord) -> None:
-        await conn.execute(
+    def _insert_idempotency(conn: sqlite3.Connection, record: IdempotencyRecord) -> None:
+        conn.execute(
             "INSERT OR REPLACE INTO idempotency (tenant, rpc, request_id, body_hash, result_json, create_time_us)"
             " VALUES (?,?,?,?,?,?)",
             (
@@ -593,11 +666,11 @@ class SqliteSessionStore:
 class _InsertSession:
     record: SessionRecord
 
-    async def run(self, conn: aiosqlite.Connection, batch: WriteBatch) -> None:
+    def run(self, conn: sqlite3.Connection, batch: WriteBatch) -> None:
         r = self.record
         cols = SqliteSessionStore._session_columns(r)
         try:
-            await conn.execute(
+            conn.execute(
                 "INSERT INTO sessions (tenant, session_id, session_key, mode, parent_session_id, state, config_json,"
                 " labels_json, runtime_json, last_sequence, sequence_reserved, history_message_count,"
                 " update_time_us, version, create_time_us) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -611,12 +684,12 @@ class _InsertSession:
 class _DeleteSession:
     deleted: bool = False
 
-    async def run(self, conn: aiosqlite.Connection, batch: WriteBatch) -> None:
+    def run(self, conn: sqlite3.Connection, batch: WriteBatch) -> None:
         key = (batch.tenant, batch.session_id)
-        cur = await conn.execute("DELETE FROM sessions WHERE tenant=? AND session_id=?", key)
+        cur = conn.execute("DELETE FROM sessions WHERE tenant=? AND session_id=?", key)
         self.deleted = cur.rowcount == 1
-        for table in ("history", "transcript", "events", "runs"):
-            await conn.execute(f"DELETE FROM {table} WHERE tenant=? AND session_id=?", key)  # noqa: S608
+        for table in ("history", "transcript", "events", "runs", "tool_calls"):
+            conn.execute(f"DELETE FROM {table} WHERE tenant=? AND session_id=?", key)  # noqa: S608
 
 
 @dataclass
@@ -627,16 +700,16 @@ class _Lease:
     release: bool = False
     acquired: bool = False
 
-    async def run(self, conn: aiosqlite.Connection, batch: WriteBatch) -> None:
+    def run(self, conn: sqlite3.Connection, batch: WriteBatch) -> None:
         key = (batch.tenant, batch.session_id)
         if self.release:
-            await conn.execute(
+            conn.execute(
                 "UPDATE sessions SET lease_owner='', lease_expires_us=0 WHERE tenant=? AND session_id=?"
                 " AND lease_owner=?",
                 (*key, self.owner),
             )
             return
-        cur = await conn.execute(
+        cur = conn.execute(
             "UPDATE sessions SET lease_owner=?, lease_expires_us=? WHERE tenant=? AND session_id=?"
             " AND (lease_owner='' OR lease_owner=? OR lease_expires_us<?)",
             (self.owner, self.expires_us, *key, self.owner, self.now_us),

@@ -1,0 +1,487 @@
+"""Shared machinery for the benchmarks: CPU pinning, subprocess management, statistics, reporting.
+
+How a benchmark runs (reference/performance.md §6): the fake Anthropic server and the service run as
+separate processes, each pinned to one core, so neither steals CPU from the code being measured; the
+measuring client is this process, pinned too. Service and baseline iterations are interleaved in one run
+and the service is judged by ratios against the baseline; absolute numbers are only logged.
+
+Pinning is inherited: a child process starts with the CPU mask of the thread that forked it, so a
+subprocess is spawned while this thread is temporarily pinned to the child's core. Every thread the child
+creates later (grpc's pollers, executors) inherits that mask; `thread_affinities` checks it afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TypeAlias
+
+REPO: Final = Path(__file__).resolve().parents[1]
+RESULTS_DIR: Final = REPO / "bench" / "results"
+VENV_BIN: Final = Path(sys.executable).parent
+
+DEFAULT_ITERATIONS: Final = 300
+QUICK_ITERATIONS: Final = 30
+DEFAULT_WARMUP: Final = 30
+READY_TIMEOUT: Final = 30.0
+
+Result: TypeAlias = dict[str, Any]
+"""What a benchmark returns; see `print_report` for the keys it renders."""
+
+BenchFn: TypeAlias = Callable[["BenchContext"], Coroutine[Any, Any, Result]]
+
+
+# --------------------------------------------------------------------------- CPU pinning
+
+
+@dataclass(frozen=True)
+class CpuPlan:
+    """Which core each process runs on. On a 1-core machine everything shares the core (degraded)."""
+
+    service: int
+    fake: int
+    client: int
+    allowed: tuple[int, ...]
+
+    @property
+    def degraded(self) -> bool:
+        return self.service == self.client
+
+    def describe(self) -> str:
+        text = f"service→CPU{self.service}, fake Anthropic→CPU{self.fake}, client/baseline→CPU{self.client}"
+        if self.degraded:
+            text += " (DEGRADED: fewer than 2 usable cores, everything shares one)"
+        return text
+
+
+def plan_cpus() -> CpuPlan:
+    """Service on the first usable core; fake server and measuring client on the second."""
+    allowed = tuple(sorted(os.sched_getaffinity(0)))
+    service = allowed[0]
+    other = allowed[1] if len(allowed) > 1 else allowed[0]
+    return CpuPlan(service=service, fake=other, client=other, allowed=allowed)
+
+
+def pin_self(cpu: int) -> None:
+    """Pin the calling thread (and every thread or process it creates from now on) to `cpu`."""
+    os.sched_setaffinity(0, {cpu})
+
+
+@contextlib.contextmanager
+def spawning_on(cpu: int) -> Iterator[None]:
+    """Temporarily pin this thread to `cpu` so a child spawned inside inherits that mask."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def thread_affinities(pid: int) -> list[str]:
+    """The distinct `Cpus_allowed_list` values over every thread of `pid` (one entry if all agree)."""
+    seen: set[str] = set()
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                for line in (task / "status").read_text().splitlines():
+                    if line.startswith("Cpus_allowed_list:"):
+                        seen.add(line.split(":", 1)[1].strip())
+    return sorted(seen)
+
+
+_CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` (all its threads), from /proc/PID/stat."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    # After "pid (comm) ", field 3 (state) is index 0; utime/stime are fields 14/15.
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def system_cpu_seconds() -> tuple[float, float]:
+    """(busy, steal) CPU seconds summed over all cores since boot, from the `cpu` line of /proc/stat.
+
+    Busy minus the CPU of the benchmark's own processes is what other processes used: a run where that
+    is large measured the scheduler's queueing as much as the code (this machine is shared)."""
+    with Path("/proc/stat").open() as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    return (user + nice + system + irq + softirq + steal) / _CLK_TCK, steal / _CLK_TCK
+
+
+def context_switches(pid: int) -> int:
+    """Voluntary + involuntary context switches summed over the live threads of `pid`: every handoff
+    to another thread (aiosqlite, to_thread, grpc pollers) or wait on a socket is at least one."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                for line in (task / "status").read_text().splitlines():
+                    if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                        total += int(line.split(":", 1)[1])
+    return total
+
+
+def process_rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+# --------------------------------------------------------------------------- subprocesses
+
+
+class BenchError(RuntimeError):
+    """A benchmark could not run (a process died, a reply was wrong); the run exits non-zero."""
+
+
+@dataclass
+class ManagedProcess:
+    """A subprocess in its own process group, pinned to one core, that announces readiness in a file.
+
+    `kill` takes down the whole group; it is safe to call more than once and is registered as a
+    cleanup callback right after the start, so nothing leaks when the benchmark fails.
+    """
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    log_path: Path
+    ready_file: Path
+    cpu: int
+    process: subprocess.Popen[bytes] | None = None
+    ready: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        if self.process is None:
+            raise BenchError(f"{self.name} was not started")
+        return self.process.pid
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log, spawning_on(self.cpu):
+            self.process = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    async def wait_ready(self) -> dict[str, Any]:
+        """Poll for the ready file (written atomically by both the fake and the service)."""
+        try:
+            async with asyncio.timeout(READY_TIMEOUT):
+                while True:
+                    if self.process is not None and self.process.poll() is not None:
+                        raise BenchError(
+                            f"{self.name} exited with {self.process.returncode} before it was ready:\n{self.log_tail()}"
+                        )
+                    if self.ready_file.exists():
+                        with contextlib.suppress(ValueError):
+                            data = json.loads(self.ready_file.read_text())
+                            if isinstance(data, dict):
+                                self.ready = data
+                                return data
+                    await asyncio.sleep(0.02)
+        except TimeoutError as exc:
+            raise BenchError(f"{self.name} not ready after {READY_TIMEOUT}s:\n{self.log_tail()}") from exc
+
+    def check_alive(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            raise BenchError(f"{self.name} exited with {self.process.returncode}:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def kill(self, grace: float = 5.0) -> None:
+        """SIGTERM the group, wait up to `grace` seconds, then SIGKILL whatever is left of the group."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=grace)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=10)
+
+
+def service_env(base_url: str) -> dict[str, str]:
+    """This environment without any GENERAL_AGENT_*/ANTHROPIC_* setting, pointed at the fake."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GENERAL_AGENT_", "ANTHROPIC_"))}
+    env.update({"ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": "dummy", "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+async def start_fake(
+    stack: contextlib.AsyncExitStack,
+    workdir: Path,
+    cpu: int,
+    *,
+    deltas: int | None = None,
+    text: str | None = None,
+) -> tuple[ManagedProcess, str]:
+    """The fake Anthropic server as its own process on `cpu`; returns it and its base URL."""
+    argv = [sys.executable, "-m", "general_agent.testing.fake_anthropic", "--port", "0"]
+    ready = workdir / "fake-ready.json"
+    argv += ["--ready-file", str(ready)]
+    if deltas is not None:
+        argv += ["--deltas", str(deltas)]
+    if text is not None:
+        argv += ["--text", text]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GENERAL_AGENT_", "ANTHROPIC_"))}
+    proc = ManagedProcess(
+        name="fake Anthropic server",
+        argv=argv,
+        env=env,
+        cwd=workdir,
+        log_path=workdir / "fake.log",
+        ready_file=ready,
+        cpu=cpu,
+    )
+    stack.callback(proc.kill)
+    proc.start()
+    data = await proc.wait_ready()
+    return proc, str(data["base_url"])
+
+
+async def start_service(
+    stack: contextlib.AsyncExitStack,
+    workdir: Path,
+    cpu: int,
+    base_url: str,
+    extra_args: Sequence[str] = (),
+) -> tuple[ManagedProcess, str]:
+    """`general-agent serve` as its own process on `cpu`; returns it and its gRPC address."""
+    state = workdir / "state"
+    workspace = workdir / "workspace"
+    state.mkdir()
+    workspace.mkdir()
+    ready = workdir / "service-ready.json"
+    argv = [
+        str(VENV_BIN / "general-agent"),
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--state-dir",
+        str(state),
+        "--workspace-dir",
+        str(workspace),
+        "--ready-file",
+        str(ready),
+        "--log-level",
+        "WARNING",
+        *extra_args,
+    ]
+    proc = ManagedProcess(
+        name="general-agent serve",
+        argv=argv,
+        env=service_env(base_url),
+        cwd=workdir,
+        log_path=workdir / "service.log",
+        ready_file=ready,
+        cpu=cpu,
+    )
+    stack.callback(proc.kill)
+    proc.start()
+    data = await proc.wait_ready()
+    return proc, str(data["address"])
+
+
+def temp_workdir(stack: contextlib.AsyncExitStack, prefix: str) -> Path:
+    """A temporary directory removed when `stack` closes (after the processes in it are killed,
+    because callbacks registered later run first)."""
+    tmp = tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True)
+    stack.callback(tmp.cleanup)
+    return Path(tmp.name)
+
+
+# --------------------------------------------------------------------------- run context
+
+
+@dataclass(frozen=True)
+class BenchContext:
+    iterations: int
+    warmup: int
+    quick: bool
+    cpus: CpuPlan
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise SystemExit(f"{name} must be an integer, got {raw!r}") from exc
+    if value < 1:
+        raise SystemExit(f"{name} must be ≥ 1, got {value}")
+    return value
+
+
+def make_context(*, quick: bool, cpus: CpuPlan) -> BenchContext:
+    """Iterations: 30 with --quick, else BENCH_ITERATIONS, else 300. Warm-ups: BENCH_WARMUP, else 30."""
+    iterations = QUICK_ITERATIONS if quick else (_env_int("BENCH_ITERATIONS") or DEFAULT_ITERATIONS)
+    warmup = _env_int("BENCH_WARMUP") or DEFAULT_WARMUP
+    return BenchContext(iterations=iterations, warmup=warmup, quick=quick, cpus=cpus)
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0–100) by linear interpolation between closest ranks (numpy's default)."""
+    if not sorted_values:
+        return math.nan
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = math.ceil(pos)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def latency_stats(samples_ns: Sequence[int]) -> dict[str, float]:
+    """Summary in milliseconds of nanosecond samples."""
+    ms = sorted(s / 1e6 for s in samples_ns)
+    return {
+        "n": float(len(ms)),
+        "mean_ms": statistics.fmean(ms) if ms else math.nan,
+        "p50_ms": percentile(ms, 50),
+        "p90_ms": percentile(ms, 90),
+        "p99_ms": percentile(ms, 99),
+        "min_ms": ms[0] if ms else math.nan,
+        "max_ms": ms[-1] if ms else math.nan,
+        "stdev_ms": statistics.stdev(ms) if len(ms) > 1 else 0.0,
+    }
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def loadavg() -> str:
+    with contextlib.suppress(OSError):
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    return "n/a"
+
+
+def environment(cpus: CpuPlan) -> dict[str, Any]:
+    """The machine and software configuration printed with every figure."""
+    return {
+        "cpu_count": os.cpu_count(),
+        "usable_cpus": list(cpus.allowed),
+        "cpu_model": _cpu_model(),
+        "pinning": cpus.describe(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "grpcio": _version("grpcio"),
+        "protobuf": _version("protobuf"),
+        "anthropic": _version("anthropic"),
+        "httpx2": _version("httpx2"),
+        "aiohttp (fake server)": _version("aiohttp"),
+        "general-agent-server": _version("general-agent-server"),
+        "event loop": "asyncio (default)",
+    }
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, list | tuple):
+        return ", ".join(_fmt(v) for v in value)
+    return str(value)
+
+
+def _print_mapping(title: str, mapping: Mapping[str, Any]) -> None:
+    if not mapping:
+        return
+    print(f"{title}:")
+    width = max(len(k) for k in mapping)
+    for key, value in mapping.items():
+        print(f"  {key:<{width}}  {_fmt(value)}")
+
+
+def print_report(result: Result) -> None:
+    """Render the keys every benchmark result shares.
+
+    `title`; `environment` and `configuration` (key → value); `latency_ms` (row label → the dict of
+    `latency_stats`); `comparison` and `cpu` (key → number or text); `target` ({rule, pass, detail}).
+    """
+    bar = "=" * 96
+    print(bar)
+    print(f"{result['benchmark']}: {result.get('title', '')}")
+    print(bar)
+    _print_mapping("Environment", result.get("environment", {}))
+    _print_mapping("Configuration", result.get("configuration", {}))
+    rows: Mapping[str, Mapping[str, float]] = result.get("latency_ms", {})
+    if rows:
+        cols = ("n", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "min_ms", "max_ms", "stdev_ms")
+        heads = ("n", "mean", "p50", "p90", "p99", "min", "max", "stdev")
+        width = max(len(label) for label in rows)
+        print("Latency (ms):")
+        print(f"  {'':<{width}}  " + "  ".join(f"{h:>8}" for h in heads))
+        for label, stats in rows.items():
+            cells = [f"{int(stats['n']):>8d}"] + [f"{stats[c]:>8.3f}" for c in cols[1:]]
+            print(f"  {label:<{width}}  " + "  ".join(cells))
+    _print_mapping("Comparison", result.get("comparison", {}))
+    _print_mapping("CPU", result.get("cpu", {}))
+    target = result.get("target")
+    if target:
+        verdict = "PASS" if target["pass"] else "FAIL"
+        print(f"Target (SPEC §13): {target['rule']}")
+        print(f"  → {verdict}: {target.get('detail', '')}")
+    for note in result.get("notes", []):
+        print(f"Note: {note}")
+    print(bar)
+
+
+def write_result(result: Result) -> Path:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{result['benchmark']}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
