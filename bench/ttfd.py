@@ -24,8 +24,6 @@ from typing import Any, Final, NamedTuple, TypeVar
 
 import anthropic
 import grpc
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc, content_pb2, event_pb2, session_pb2
 
 from bench.common import (
     BenchContext,
@@ -44,6 +42,8 @@ from bench.common import (
     temp_workdir,
     thread_affinities,
 )
+from general_agent.v1 import agent_service_pb2 as api
+from general_agent.v1 import agent_service_pb2_grpc, content_pb2, event_pb2, session_pb2
 
 NAME: Final = "ttfd"
 TITLE: Final = "time to first assistant_delta (service over gRPC vs bare anthropic SDK)"

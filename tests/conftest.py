@@ -7,6 +7,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+
 from general_agent.testing import FakeAnthropic
 from general_agent.v1 import agent_service_pb2_grpc
 from general_agent_server.app import RunningServer, start_server

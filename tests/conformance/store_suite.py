@@ -21,6 +21,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+
 from general_agent_server.core.content import ImagePart, TextPart
 from general_agent_server.core.events import (
     AssistantDelta,
@@ -42,6 +43,7 @@ from general_agent_server.core.runs import IdempotencyRecord, RunRecord, RunStat
 from general_agent_server.core.session import (
     AutoCompaction,
     ForkOrigin,
+    HostedToolDefinition,
     MemoryConfig,
     SessionConfig,
     SessionIdentity,
@@ -142,11 +144,12 @@ def full_session(tenant: str, session_id: str) -> SessionRecord:
             ),
             auto_compaction=AutoCompaction(threshold_pct=80, cooldown_seconds=12.5),
             hosted_tools=(
-                {
-                    "name": "lookup",
-                    "description": "look something up",
-                    "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
-                },
+                HostedToolDefinition(
+                    name="lookup",
+                    description="look something up",
+                    input_schema={"type": "object", "properties": {"q": {"type": "string"}}},
+                    timeout_seconds=42.5,
+                ),
             ),
             mcp_servers={"docs": {"command": "mcp-docs", "args": ["--read-only"], "env": {"A": "1"}}},
             disabled_mcp_servers=("docs",),
@@ -378,7 +381,7 @@ class SessionStoreConformance:
             hosted_call_timeout_seconds=30.25,
         )
         assert cfg.auto_compaction == AutoCompaction(threshold_pct=80, cooldown_seconds=12.5)
-        assert [dict(t) for t in cfg.hosted_tools] == [dict(t) for t in record.config.hosted_tools]
+        assert cfg.hosted_tools == record.config.hosted_tools
         assert {k: dict(v) for k, v in cfg.mcp_servers.items()} == {
             "docs": {"command": "mcp-docs", "args": ["--read-only"], "env": {"A": "1"}}
         }

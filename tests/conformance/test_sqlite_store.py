@@ -9,10 +9,10 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
+
 from general_agent_server.store.migrations import MIGRATIONS
 from general_agent_server.store.port import StoreError, WriteBatch
 from general_agent_server.store.sqlite import SqliteSessionStore
-
 from tests.conformance.store_suite import (
     SessionStoreConformance,
     all_events,

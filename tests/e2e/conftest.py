@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from general_agent.testing import FakeAnthropicThread
 
+from general_agent.testing import FakeAnthropicThread
 from tests.support.subprocess_server import ServerProcess, server_env
 
 REPO = Path(__file__).resolve().parents[2]

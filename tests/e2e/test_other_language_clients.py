@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from general_agent.testing import FakeAnthropicThread, TextReply
 
+from general_agent.testing import FakeAnthropicThread, TextReply
 from tests.e2e.conftest import TS_CLIENT_DIR, TSX, describe_run, require_executable, require_file
 from tests.support.subprocess_server import ServerProcess
 

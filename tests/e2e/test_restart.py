@@ -8,10 +8,10 @@ from pathlib import Path
 
 import grpc
 import pytest
+
 from general_agent.testing import FakeAnthropicThread, HangReply, TextReply
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2
-
 from tests.support.events import last_of, text_of
 from tests.support.rpc import create_session, events_after, stream_turn, text_input
 from tests.support.subprocess_server import ServerProcess, server_env

@@ -7,11 +7,11 @@ import uuid
 from pathlib import Path
 
 import grpc
+
 from general_agent.testing import FakeAnthropic, TextReply
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import session_pb2, tool_pb2
 from general_agent_server.app import RunningServer
-
 from tests.support.rpc import Stub, create_session, rpc_error, stream_turn
 
 

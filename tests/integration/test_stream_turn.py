@@ -6,6 +6,7 @@ import asyncio
 import base64
 
 import grpc
+
 from general_agent.testing import (
     ErrorReply,
     FakeAnthropic,
@@ -20,7 +21,6 @@ from general_agent.testing import (
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, content_pb2, event_pb2, session_pb2
 from general_agent_server.app import RunningServer
-
 from tests.conftest import TEST_API_KEY, ServerFactory
 from tests.support.events import kinds, last_of, sequences, text_of
 from tests.support.rpc import (

@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from google.rpc import error_details_pb2, status_pb2
+
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, content_pb2, session_pb2
-from google.rpc import error_details_pb2, status_pb2
 
 if TYPE_CHECKING:
     # The async stub type exists only in the generated .pyi (mypy-protobuf); at run time it is the same class.

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 import pytest
+
 from general_agent_server.config import ConfigError, add_flags, load_settings, settings_table_markdown
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+
 from general_agent_server.core.content import ImagePart, TextPart
 from general_agent_server.core.credentials import AuthProfile, CredentialResolver
 from general_agent_server.core.errors import ErrorCode, ServiceError
@@ -119,7 +120,7 @@ def test_validation_names_fields() -> None:
         check_config(SessionConfig(labels={"Bad Key": "v"}), known_profile=True)
     assert error.value.field_violations[0].field == "session.labels"
     with pytest.raises(ServiceError) as error:
-        check_config(SessionConfig(hosted_tools=({"name": "x"},)), known_profile=True)
+        check_config(SessionConfig(mcp_servers={"x": {}}), known_profile=True)
     assert error.value.code is ErrorCode.UNIMPLEMENTED
 
 

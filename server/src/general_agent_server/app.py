@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from general_agent.v1 import agent_service_pb2, agent_service_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from general_agent.v1 import agent_service_pb2, agent_service_pb2_grpc
 from general_agent_server.config import ServerSettings
 from general_agent_server.core.credentials import CredentialResolver
 from general_agent_server.core.service import AgentCore

@@ -34,6 +34,7 @@ class RunRecord:
     last_sequence: int = 0
     finished_at: datetime | None = None
     usage: Usage = field(default_factory=Usage)
+    tool_calls: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

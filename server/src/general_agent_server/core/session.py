@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from general_agent_server.core.content import ContentPart
+
 DEFAULT_TENANT = "default"
 
 
@@ -109,6 +111,16 @@ class Usage:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class HostedToolDefinition:
+    """A tool the host executes (spec section 6); the schema is passed to the model unchanged."""
+
+    name: str
+    description: str = ""
+    input_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
+    timeout_seconds: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class SessionConfig:
     """What a host configures on a session. Fields of capabilities that later releases serve (hosted
     tools, MCP, hook registrations) are kept as their JSON form so they round-trip unchanged."""
@@ -123,7 +135,7 @@ class SessionConfig:
     labels: Mapping[str, str] = field(default_factory=dict)
     limits: SessionLimits = field(default_factory=SessionLimits)
     auto_compaction: AutoCompaction = field(default_factory=AutoCompaction)
-    hosted_tools: tuple[Mapping[str, Any], ...] = ()
+    hosted_tools: tuple[HostedToolDefinition, ...] = ()
     mcp_servers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     disabled_mcp_servers: tuple[str, ...] = ()
     hook_registrations: tuple[Mapping[str, Any], ...] = ()
@@ -175,6 +187,8 @@ class SessionRecord:
     cumulative_usage: Usage = field(default_factory=Usage)
     last_sequence: int = 0
     sequence_reserved: int = 0
+    # Steering messages committed to the active run and not yet given to the model (spec 5.1).
+    pending_injections: tuple[tuple[ContentPart, ...], ...] = ()
     history_message_count: int = 0
     version: int = 0
 

@@ -7,6 +7,9 @@ import json
 from datetime import datetime
 from typing import Any
 
+from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
+from google.protobuf.message import Message
+
 from general_agent.v1 import (
     agent_service_pb2 as api,
 )
@@ -14,11 +17,9 @@ from general_agent.v1 import (
     content_pb2,
     event_pb2,
     session_pb2,
+    tool_pb2,
     transcript_pb2,
 )
-from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
-from google.protobuf.message import Message
-
 from general_agent_server.core import events as ev
 from general_agent_server.core import transcript as tr
 from general_agent_server.core.content import ContentPart, ImagePart, TextPart
@@ -26,6 +27,7 @@ from general_agent_server.core.errors import invalid_argument
 from general_agent_server.core.service import Idempotency, SessionView
 from general_agent_server.core.session import (
     AutoCompaction,
+    HostedToolDefinition,
     MemoryConfig,
     SessionConfig,
     SessionIdentity,
@@ -173,11 +175,45 @@ def config_from_proto(session: session_pb2.Session) -> SessionConfig:
             threshold_pct=session.auto_compaction.threshold_pct,
             cooldown_seconds=_seconds(session.auto_compaction.cooldown, session.auto_compaction.HasField("cooldown")),
         ),
-        hosted_tools=tuple(_json_text(t) for t in session.hosted_tools),
+        hosted_tools=tuple(
+            hosted_tool_from_proto(t, f"session.hosted_tools[{i}]") for i, t in enumerate(session.hosted_tools)
+        ),
         mcp_servers={name: _json_text(cfg) for name, cfg in session.mcp_servers.items()},
         disabled_mcp_servers=tuple(session.disabled_mcp_servers),
         hook_registrations=tuple(_json_text(r) for r in session.hook_registrations),
     )
+
+
+def hosted_tool_from_proto(tool: tool_pb2.HostedToolDefinition, field: str) -> HostedToolDefinition:
+    """`input_schema_json` wins over the Struct (Struct numbers are doubles)."""
+    schema: Any
+    if tool.input_schema_json:
+        try:
+            schema = json.loads(tool.input_schema_json)
+        except json.JSONDecodeError as exc:
+            raise invalid_argument(f"{field}.input_schema_json", f"is not valid JSON: {exc.msg}") from None
+    elif tool.HasField("input_schema"):
+        schema = json_format.MessageToDict(tool.input_schema)
+    else:
+        schema = {"type": "object", "properties": {}}
+    if not isinstance(schema, dict):
+        raise invalid_argument(f"{field}.input_schema", "must be a JSON object")
+    return HostedToolDefinition(
+        name=tool.name,
+        description=tool.description,
+        input_schema=schema,
+        timeout_seconds=_seconds(tool.timeout, tool.HasField("timeout")),
+    )
+
+
+def hosted_tool_to_proto(tool: HostedToolDefinition) -> tool_pb2.HostedToolDefinition:
+    out = tool_pb2.HostedToolDefinition(
+        name=tool.name, description=tool.description, input_schema_json=json.dumps(dict(tool.input_schema))
+    )
+    out.input_schema.update(dict(tool.input_schema))
+    if (d := _duration(tool.timeout_seconds)) is not None:
+        out.timeout.CopyFrom(d)
+    return out
 
 
 def overrides_from_proto(overrides: session_pb2.SessionOverrides) -> SessionOverrides:
@@ -228,6 +264,7 @@ def session_to_proto(view: SessionView) -> session_pb2.Session:
         max_tokens=c.max_tokens,
         auth_profile_id=c.auth_profile_id,
         allowed_tools=list(c.allowed_tools),
+        hosted_tools=[hosted_tool_to_proto(t) for t in c.hosted_tools],
         labels=dict(c.labels),
         parent_session_id=r.parent_session_id,
         state=_STATES_OUT[r.state],

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, TypeAlias, TypeVar
 
 import grpc
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc as api_grpc
 
 import general_agent_server
+from general_agent.v1 import agent_service_pb2 as api
+from general_agent.v1 import agent_service_pb2_grpc as api_grpc
 from general_agent_server.core.errors import invalid_argument, not_implemented
 from general_agent_server.core.service import AgentCore, CallContext, OnDisconnect, TurnOptions
 from general_agent_server.core.session import DEFAULT_TENANT

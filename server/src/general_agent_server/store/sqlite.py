@@ -14,10 +14,10 @@ import json
 import logging
 import os
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import aiosqlite
@@ -366,6 +366,7 @@ class SqliteSessionStore:
             else None,
             "cumulative_usage": codec.USAGE.to_jsonable(record.cumulative_usage),
             "forked_from": codec.FORK_ORIGIN.to_jsonable(record.forked_from) if record.forked_from else None,
+            "pending_injections": [codec.CONTENT_PARTS.to_jsonable(parts) for parts in record.pending_injections],
         }
         return (
             record.tenant,
@@ -425,6 +426,9 @@ class SqliteSessionStore:
             sequence_reserved=sequence_reserved,
             history_message_count=history_count,
             version=version,
+            pending_injections=tuple(
+                codec.CONTENT_PARTS.loads(json.dumps(parts)) for parts in runtime.get("pending_injections", ())
+            ),
         )
 
     _SESSION_SELECT = (
