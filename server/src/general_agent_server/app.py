@@ -23,6 +23,7 @@ from general_agent_server.providers.anthropic_model import AnthropicModelClient
 from general_agent_server.rpc.interceptors import RequestContextInterceptor
 from general_agent_server.rpc.servicer import AgentServicer
 from general_agent_server.store.sqlite import DB_FILE_NAME, SqliteSessionStore
+from general_agent_server.tools.catalog import builtin_catalog
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ async def start_server(settings: ServerSettings) -> RunningServer:
         model=model,
         credentials=credentials,
         exporter=TranscriptExporter(state_dir / "transcripts"),
+        catalog=builtin_catalog(),
     )
     server = grpc.aio.server(
         interceptors=[RequestContextInterceptor()],

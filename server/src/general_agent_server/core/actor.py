@@ -7,12 +7,17 @@ is cancelled by its client never interrupts a commit or a run (the run follows o
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
 
 from general_agent_server.core.clock import utcnow
-from general_agent_server.core.content import ContentPart
+from general_agent_server.core.content import ContentPart, TextPart
 from general_agent_server.core.errors import ErrorCode, ServiceError
 from general_agent_server.core.events import (
     EventBody,
@@ -24,20 +29,32 @@ from general_agent_server.core.events import (
     SequencedEvent,
     SessionResetEvent,
     StopReason,
+    ToolError,
+    ToolResult,
     TurnComplete,
 )
 from general_agent_server.core.history import HistoryMessage
 from general_agent_server.core.model import Credential, ModelClient
 from general_agent_server.core.request_builder import user_content_blocks
 from general_agent_server.core.runner import RunDriver
-from general_agent_server.core.runs import RunRecord, RunStatus
-from general_agent_server.core.session import SessionRecord, SessionState
+from general_agent_server.core.runs import (
+    CallKind,
+    CallResult,
+    CallStatus,
+    ResolvedBy,
+    RunRecord,
+    RunStatus,
+    ToolCallRecord,
+)
+from general_agent_server.core.session import HostedToolDefinition, SessionMode, SessionRecord, SessionState
 from general_agent_server.core.settings import CoreSettings
 from general_agent_server.core.subscribers import Subscriber
+from general_agent_server.core.tools import ToolCatalog, ToolKind, ToolSet, ToolSpec
 from general_agent_server.core.transcript import (
     MessageEntry,
     SessionResetEntry,
     SystemPromptEntry,
+    ToolResultEntry,
     TranscriptBody,
     TranscriptEntry,
 )
@@ -45,6 +62,21 @@ from general_agent_server.core.transcript_export import TranscriptExporter
 from general_agent_server.store.port import SessionStore, WriteBatch
 
 logger = logging.getLogger(__name__)
+
+CredentialSource = Callable[["SessionActor"], Credential | None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActorDeps:
+    """What every actor shares: the store, the model, settings, tools and credentials."""
+
+    store: SessionStore
+    model: ModelClient
+    settings: CoreSettings
+    exporter: TranscriptExporter
+    catalog: ToolCatalog
+    credentials: CredentialSource
+    global_hosted_tools: tuple[HostedToolDefinition, ...] = ()
 
 
 @dataclass(kw_only=True)
@@ -59,10 +91,12 @@ class TurnRequest:
 
 @dataclass(kw_only=True)
 class ActiveRun:
+    """The run of a session, from admission to its terminal run_finished. While SUSPENDED it has no task."""
+
     run_id: str
     record: RunRecord
     model_ref: str
-    credential: Credential
+    credential: Credential | None
     task: asyncio.Task[None] | None = None
     stop_reason: RunReason | None = None
     finished: asyncio.Event = field(default_factory=asyncio.Event)
@@ -71,30 +105,63 @@ class ActiveRun:
     admission_failed: bool = False
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Resolution:
+    """What resolving a hosted call did: the sequence of its tool_result/tool_error, and whether it was an
+    identical replay of an earlier submit (the caller replays the log from that sequence)."""
+
+    sequence: int
+    replay: bool = False
+
+
+_STOP_MESSAGES = {
+    RunReason.SUPERSEDED: ("superseded by a new turn", ResolvedBy.SUPERSEDED),
+    RunReason.SESSION_RESET: ("cancelled: session reset", ResolvedBy.RESET),
+    RunReason.SESSION_DELETED: ("cancelled: session deleted", ResolvedBy.STOP),
+    RunReason.INTERRUPTED: ("cancelled: server shutting down", ResolvedBy.INTERRUPTED),
+}
+
+
+def stop_message(reason: RunReason) -> tuple[str, ResolvedBy]:
+    return _STOP_MESSAGES.get(reason, ("cancelled: run stopped", ResolvedBy.STOP))
+
+
+def payload_hash(result: CallResult) -> str:
+    text = json.dumps(
+        {
+            "content": [
+                p.text if isinstance(p, TextPart) else {"image": hashlib.sha256(p.data).hexdigest()}
+                for p in result.content
+            ],
+            "details": result.details_json,
+            "error": result.is_error,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 class SessionActor:
     """See module docstring. Create through ActorRegistry, never directly."""
 
-    def __init__(
-        self,
-        *,
-        record: SessionRecord,
-        history: list[HistoryMessage],
-        store: SessionStore,
-        model: ModelClient,
-        settings: CoreSettings,
-        exporter: TranscriptExporter,
-    ) -> None:
+    def __init__(self, *, record: SessionRecord, history: list[HistoryMessage], deps: ActorDeps) -> None:
         self.record = record
         self.history = history
-        self.store = store
-        self.model = model
-        self.settings = settings
-        self.exporter = exporter
+        self.deps = deps
+        self.store = deps.store
+        self.model: ModelClient = deps.model
+        self.settings = deps.settings
+        self.exporter = deps.exporter
         self.lock = asyncio.Lock()
         self.run: ActiveRun | None = None
+        # The calls of the current tool round (pending hosted calls while SUSPENDED).
+        self.round: list[ToolCallRecord] = []
         self.users = 0
         self.on_idle: Callable[[SessionActor], None] = lambda actor: None
         self._subscribers: list[Subscriber] = []
+        self._deadlines: dict[str, asyncio.TimerHandle] = {}
+        self._queue: deque[asyncio.Future[None]] = deque()
+        self.background: set[asyncio.Task[None]] = set()
         # A session left RUNNING by a crash may have sent events that never committed: skip past every
         # reserved sequence. Otherwise everything sent was committed and numbering simply continues.
         if record.state is SessionState.RUNNING:
@@ -112,7 +179,37 @@ class SessionActor:
 
     @property
     def idle(self) -> bool:
-        return self.run is None and not self._subscribers and self.users == 0
+        return self.run is None and not self._subscribers and self.users == 0 and not self._queue
+
+    @property
+    def workspace(self) -> Path:
+        return self.settings.workspace_root / self.tenant / self.session_id
+
+    # ------------------------------------------------------------------ tools
+    def toolset(self) -> ToolSet:
+        hosted = [
+            ToolSpec(
+                name=t.name,
+                description=t.description,
+                input_schema=t.input_schema,
+                kind=ToolKind.HOSTED,
+                timeout_seconds=t.timeout_seconds,
+            )
+            for t in (*self.deps.global_hosted_tools, *self.record.config.hosted_tools)
+        ]
+        return self.deps.catalog.for_session(
+            coding=self.record.identity.mode is SessionMode.CODING,
+            allowed=self.record.config.allowed_tools,
+            extra=hosted,
+        )
+
+    def hosted_deadline_seconds(self, spec: ToolSpec) -> float:
+        wanted = (
+            spec.timeout_seconds
+            or self.record.config.limits.hosted_call_timeout_seconds
+            or self.settings.hosted_call_timeout_seconds
+        )
+        return min(wanted, self.settings.hosted_call_timeout_max_seconds)
 
     # ------------------------------------------------------------------ subscribers
     def subscribe(self) -> Subscriber:
@@ -166,12 +263,13 @@ class SessionActor:
         history: list[HistoryMessage] | None = None,
         replace_history: bool = False,
         runs: list[RunRecord] | None = None,
+        tool_calls: list[ToolCallRecord] | None = None,
         clear_transcript: bool = False,
-        publish: bool = True,
         **changes: object,
     ) -> None:
         """Commits one step atomically (compare-and-set on the session version), then publishes its
-        events. The in-memory state changes only after the commit succeeds."""
+        events. The in-memory state changes only after the commit succeeds. A cancellation that arrives
+        meanwhile is delivered after the commit has landed, so memory and store never disagree."""
         events = events or []
         history = history or []
         base = 0 if replace_history else len(self.history)
@@ -200,16 +298,26 @@ class SessionActor:
             replace_history=replace_history,
             clear_transcript=clear_transcript,
             runs=runs or [],
+            tool_calls=tool_calls or [],
         )
-        await self.store.write(batch)
+        write = asyncio.ensure_future(self.store.write(batch))
+        cancelled = False
+        while not write.done():
+            try:
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                cancelled = True
+        write.result()
         self.record = record
         self.history = new_history
         if clear_transcript:
             self.exporter.truncate(self.tenant, self.session_id)
         if transcript:
             self.exporter.append(self.tenant, self.session_id, transcript)
-        if publish and events:
+        if events:
             self.publish(events)
+        if cancelled:
+            raise asyncio.CancelledError
 
     def transcript_entry(self, run_id: str, body: TranscriptBody, sequence: int = 0) -> TranscriptEntry:
         return TranscriptEntry(timestamp=utcnow(), body=body, sequence=sequence, run_id=run_id)
@@ -298,43 +406,266 @@ class SessionActor:
         return run
 
     def cancel_run(self, reason: RunReason, run_id: str = "") -> str:
-        """Stops the active run once (not sticky); returns its id, or "" when nothing matched. Safe to call
-        from a handler that is itself being cancelled: it only flags and cancels the run task."""
+        """Stops an executing run once (not sticky); returns its id, or "" when nothing matched. Safe to
+        call from a handler that is itself being cancelled: it only flags and cancels the run task. A
+        suspended run has no task: stop it with stop_run."""
         run = self.run
-        if run is None or (run_id and run.run_id != run_id) or run.task is None:
+        if run is None or (run_id and run.run_id != run_id) or run.task is None or run.task.done():
             return ""
         if run.stop_reason is None:
             run.stop_reason = reason
             run.task.cancel()
         return run.run_id
 
-    async def stop_active_run(self, reason: RunReason) -> None:
-        """Cancels the active run and waits until its run_finished is committed."""
+    async def stop_run(self, reason: RunReason, run_id: str = "") -> str:
+        """Stops the active run, executing or suspended, and waits for its terminal run_finished. Call with
+        the lock held."""
         run = self.run
-        if run is None:
-            return
-        self.cancel_run(reason)
-        await run.finished.wait()
+        if run is None or (run_id and run.run_id != run_id):
+            return ""
+        if run.task is not None and not run.task.done():
+            self.cancel_run(reason)
+            await run.finished.wait()
+            return run.run_id
+        if self.record.state is SessionState.SUSPENDED:
+            run.stop_reason = reason
+            self.disarm_deadlines()
+            await RunDriver(self, run).close_suspended(reason)
+        return run.run_id
 
-    def run_ended(self, run: ActiveRun) -> None:
+    def run_task_done(self, run: ActiveRun, *, suspended: bool) -> None:
+        """The run's task ended: either the run finished, or it suspended on hosted calls."""
+        run.task = None
+        if suspended:
+            return
         if self.run is run:
             self.run = None
         run.finished.set()
+        self._wake_queue()
         self.on_idle(self)
+
+    # ------------------------------------------------------------------ hosted calls
+    def arm_deadlines(self, records: list[ToolCallRecord]) -> None:
+        loop = asyncio.get_running_loop()
+        for record in records:
+            if record.deadline is None or record.call_id in self._deadlines:
+                continue
+            delay = max(0.0, (record.deadline - utcnow()).total_seconds())
+            self._deadlines[record.call_id] = loop.call_later(delay, self._on_deadline, record.call_id)
+
+    def disarm_deadlines(self) -> None:
+        for handle in self._deadlines.values():
+            handle.cancel()
+        self._deadlines.clear()
+
+    def _on_deadline(self, call_id: str) -> None:
+        self._deadlines.pop(call_id, None)
+        task = asyncio.create_task(self._expire(call_id), name=f"hosted-timeout-{call_id}")
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    async def _expire(self, call_id: str) -> None:
+        async with self.lock:
+            record = next((r for r in self.round if r.call_id == call_id), None)
+            if record is None or record.status is not CallStatus.PENDING:
+                return
+            result = CallResult(content=(TextPart(text="hosted tool timed out"),), is_error=True)
+            try:
+                await self.resolve_hosted(call_id, result, ResolvedBy.TIMEOUT, payload="", credential=None)
+            except ServiceError:
+                logger.exception("could not time out hosted call %s", call_id, extra={"category": "tool_result"})
+
+    async def resolve_hosted(
+        self,
+        call_id: str,
+        result: CallResult,
+        resolved_by: ResolvedBy,
+        *,
+        payload: str,
+        credential: Credential | None,
+    ) -> Resolution:
+        """Resolves one pending hosted call (lock held). The last resolution continues the run; a submit
+        resolves the credential first so that a missing one leaves the call pending (spec 6)."""
+        record = next((r for r in self.round if r.call_id == call_id), None)
+        if record is None:
+            stored = await self.store.get_tool_call(self.tenant, self.session_id, call_id)
+            if stored is None or stored.kind is not CallKind.HOSTED:
+                raise ServiceError(
+                    ErrorCode.NOT_FOUND,
+                    "UNKNOWN_TOOL_CALL",
+                    f"no hosted tool call {call_id!r} in session {self.session_id!r}",
+                    metadata={"call_id": call_id},
+                )
+            record = stored
+        if record.status is CallStatus.RESOLVED:
+            if (
+                resolved_by is ResolvedBy.SUBMIT
+                and record.resolved_by is ResolvedBy.SUBMIT
+                and record.payload_hash == payload
+            ):
+                return Resolution(sequence=record.resolve_sequence, replay=True)
+            raise ServiceError(
+                ErrorCode.FAILED_PRECONDITION,
+                "TOOL_CALL_ALREADY_RESOLVED",
+                f"hosted tool call {call_id!r} was already resolved",
+                metadata={"call_id": call_id, "resolved_by": (record.resolved_by or ResolvedBy.SUBMIT).value},
+            )
+        run = self.run
+        if run is None:
+            raise ServiceError(ErrorCode.INTERNAL, "INTERNAL", f"pending call {call_id!r} without an active run")
+        remaining = [r for r in self.round if r.status is CallStatus.PENDING and r.call_id != call_id]
+        if not remaining and credential is None and resolved_by is not ResolvedBy.SUBMIT:
+            credential = self.deps.credentials(self)
+        body: EventBody = (
+            ToolError(
+                call_id=call_id,
+                tool_name=record.tool_name,
+                error=_first_text(result),
+                details_json=result.details_json,
+            )
+            if result.is_error
+            else ToolResult(
+                call_id=call_id, tool_name=record.tool_name, output=result.content, details_json=result.details_json
+            )
+        )
+        event = self.stamp(run.run_id, body)
+        resolved = replace(
+            record,
+            status=CallStatus.RESOLVED,
+            result=result,
+            resolved_by=resolved_by,
+            payload_hash=payload,
+            resolve_sequence=event.sequence,
+        )
+        self.round = [resolved if r.call_id == call_id else r for r in self.round]
+        handle = self._deadlines.pop(call_id, None)
+        if handle is not None:
+            handle.cancel()
+        transcript = [
+            self.transcript_entry(
+                run.run_id,
+                ToolResultEntry(
+                    call_id=call_id,
+                    tool_name=record.tool_name,
+                    output=result.content,
+                    details_json=result.details_json,
+                    is_error=result.is_error,
+                ),
+                event.sequence,
+            )
+        ]
+        if remaining:
+            still = tuple(r.call_id for r in remaining)
+            suspended = self.stamp(
+                run.run_id,
+                RunFinished(
+                    outcome=RunOutcome.SUSPENDED,
+                    stop_reason=StopReason.TOOL_USE,
+                    pending_call_ids=still,
+                    usage=run.record.usage,
+                ),
+            )
+            await self.commit(
+                events=[event, suspended], transcript=transcript, tool_calls=[resolved], pending_call_ids=still
+            )
+            return Resolution(sequence=event.sequence)
+        run.record = replace(run.record, status=RunStatus.RUNNING)
+        run.credential = credential
+        await self.commit(
+            events=[event],
+            transcript=transcript,
+            tool_calls=[resolved],
+            runs=[run.record],
+            state=SessionState.RUNNING,
+            pending_call_ids=(),
+        )
+        run.admitted.set()
+        driver = RunDriver(self, run, resume_round=list(self.round))
+        run.task = asyncio.create_task(driver.execute(), name=f"run-{run.run_id}")
+        return Resolution(sequence=event.sequence)
+
+    # ------------------------------------------------------------------ steering and stop
+    async def inject(self, parts: tuple[ContentPart, ...]) -> str:
+        """Commits a steering message to the active run's queue (lock held); "" when the session is idle."""
+        run = self.run
+        if run is None or self.record.state is SessionState.IDLE:
+            return ""
+        await self.commit(
+            transcript=[self.transcript_entry(run.run_id, MessageEntry(content=parts, injected=True))],
+            pending_injections=(*self.record.pending_injections, parts),
+        )
+        return run.run_id
+
+    async def set_stop_flag(self, value: bool) -> bool:
+        previous = self.record.stop_requested
+        if previous != value:
+            await self.commit(stop_requested=value)
+        return previous
+
+    # ------------------------------------------------------------------ ENQUEUE
+    async def wait_turn(self, *, max_queued: int, timeout: float) -> None:  # noqa: ASYNC109
+        """Waits (FIFO) until the session is idle; the caller then takes the lock and starts its run."""
+        if len(self._queue) >= max_queued:
+            raise ServiceError(
+                ErrorCode.RESOURCE_EXHAUSTED,
+                "RESOURCE_LIMIT",
+                f"session {self.session_id!r} already has {max_queued} queued turns",
+                metadata={"limit": "max_queued_turns", "value": str(max_queued)},
+                retry_after_seconds=1.0,
+            )
+        ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append(ticket)
+        if self.run is None and self._queue[0] is ticket:
+            ticket.set_result(None)
+        try:
+            await asyncio.wait_for(asyncio.shield(ticket), timeout)
+        except TimeoutError:
+            raise ServiceError(
+                ErrorCode.ABORTED,
+                "SESSION_BUSY",
+                f"the queued turn waited {timeout:g}s for session {self.session_id!r}",
+                metadata={"active_run_id": self.record.active_run_id, "state": self.record.state.value},
+            ) from None
+        finally:
+            # Served, timed out or abandoned by its caller: either way it leaves the queue.
+            if ticket in self._queue:
+                self._queue.remove(ticket)
+            if not ticket.done():
+                ticket.cancel()
+
+    def _wake_queue(self) -> None:
+        if self.run is None and self._queue and not self._queue[0].done():
+            self._queue[0].set_result(None)
+
+    def queue_done(self) -> None:
+        """Called by a served ENQUEUE caller once it has started (or failed to start) its run."""
+        self._wake_queue()
 
     # ------------------------------------------------------------------ session-level changes
     async def reset(self, reason: str) -> None:
         """Clears history, pending calls, usage snapshot and stop flag; numbering and config stay.
         Must be called with the lock held, after stopping any run."""
         event = self.stamp("", SessionResetEvent(reason=reason))
+        self.round = []
         await self.commit(
             events=[event],
             transcript=[self.transcript_entry("", SessionResetEntry(reason=reason), event.sequence)],
             history=[],
             replace_history=True,
             pending_call_ids=(),
+            pending_injections=(),
             usage_snapshot=None,
             stop_requested=False,
             state=SessionState.IDLE,
             active_run_id="",
         )
+
+    def hosted_deadline(self, spec: ToolSpec) -> timedelta:
+        return timedelta(seconds=self.hosted_deadline_seconds(spec))
+
+
+def _first_text(result: CallResult) -> str:
+    for part in result.content:
+        if isinstance(part, TextPart) and part.text:
+            return part.text
+    return "Tool execution failed"

@@ -9,26 +9,21 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from general_agent_server.core.actor import SessionActor
+from general_agent_server.core.actor import ActiveRun, ActorDeps, SessionActor
 from general_agent_server.core.errors import session_not_found
 from general_agent_server.core.history import HistoryMessage
-from general_agent_server.core.model import ModelClient
-from general_agent_server.core.session import SessionRecord
-from general_agent_server.core.settings import CoreSettings
-from general_agent_server.core.transcript_export import TranscriptExporter
-from general_agent_server.store.port import SessionStore
+from general_agent_server.core.runs import CallStatus
+from general_agent_server.core.session import SessionRecord, SessionState
 
 _Key = tuple[str, str]
 
 
 class ActorRegistry:
-    def __init__(
-        self, *, store: SessionStore, model: ModelClient, settings: CoreSettings, exporter: TranscriptExporter
-    ) -> None:
-        self._store = store
-        self._model = model
-        self._settings = settings
-        self._exporter = exporter
+    def __init__(self, deps: ActorDeps) -> None:
+        self._deps = deps
+        self._store = deps.store
+        self._settings = deps.settings
+        self._exporter = deps.exporter
         self._actors: dict[_Key, SessionActor] = {}
         # Idle actors, least recently used first; bounded by settings.max_idle_actors.
         self._idle: OrderedDict[_Key, SessionActor] = OrderedDict()
@@ -95,17 +90,28 @@ class ActorRegistry:
             return None
         history = await self._store.load_history(tenant, session_id)
         await self._exporter.reconcile(tenant, session_id, self._store)
-        return self.new_actor(record, history)
+        actor = self.new_actor(record, history)
+        if record.state is SessionState.SUSPENDED and record.active_run_id:
+            await self._restore_suspension(actor)
+        return actor
+
+    async def _restore_suspension(self, actor: SessionActor) -> None:
+        """A suspended run survives restarts: its run row and pending round come back from the store and
+        the hosted deadlines are re-armed (expired ones fire at once)."""
+        record = actor.record
+        run_record = await self._store.get_run(record.tenant, record.session_id, record.active_run_id)
+        if run_record is None:
+            return
+        calls = await self._store.list_tool_calls(record.tenant, record.session_id, run_record.run_id)
+        last_round = max((c.round_index for c in calls), default=0)
+        actor.round = [c for c in calls if c.round_index == last_round]
+        run = ActiveRun(run_id=run_record.run_id, record=run_record, model_ref=run_record.model_ref, credential=None)
+        run.admitted.set()
+        actor.run = run
+        actor.arm_deadlines([c for c in actor.round if c.status is CallStatus.PENDING])
 
     def new_actor(self, record: SessionRecord, history: list[HistoryMessage]) -> SessionActor:
-        actor = SessionActor(
-            record=record,
-            history=history,
-            store=self._store,
-            model=self._model,
-            settings=self._settings,
-            exporter=self._exporter,
-        )
+        actor = SessionActor(record=record, history=history, deps=self._deps)
         actor.on_idle = self._drop_if_idle
         return actor
 

@@ -1,9 +1,10 @@
-"""The agent loop of one run: model call → events → (tool round → next model call)* → run_finished.
+"""The agent loop of one run: model call → events → tool round → next model call … → run_finished.
 
-Commit points (spec 8.1): the run is admitted by the actor; each model call's assistant message, usage
-and turn_complete are one commit; the run end is committed with the last step. Cancellation (stop,
-cancel, disconnect, reset, delete) arrives as CancelledError and is finished here: the partial text goes
-to the transcript marked aborted, never to the model history."""
+Commit points (spec 8.1): the run is admitted by the actor; each model call's assistant message with its
+tool calls; each tool result; the suspension; the round's results message; the run end. Cancellation
+(stop, cancel, disconnect, interrupt, reset, delete, shutdown) arrives as CancelledError and is finished
+here: partial text goes to the transcript marked aborted, never to the model history; unfinished tool
+calls get an is_error result so the history never holds a tool_use without its tool_result."""
 
 from __future__ import annotations
 
@@ -11,12 +12,17 @@ import asyncio
 import json
 import logging
 from dataclasses import replace
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from general_agent_server.core.clock import utcnow
+from general_agent_server.core.content import ImagePart, TextPart
 from general_agent_server.core.errors import ErrorCode, ErrorDetail
 from general_agent_server.core.events import (
     AssistantDelta,
+    EventBody,
+    HostedToolCall,
+    MessageInjected,
     ReasoningDelta,
     ReasoningEnd,
     RunFinished,
@@ -26,6 +32,7 @@ from general_agent_server.core.events import (
     StopReason,
     ToolCall,
     ToolError,
+    ToolResult,
     TurnComplete,
     UsageSnapshotEvent,
 )
@@ -38,15 +45,11 @@ from general_agent_server.core.model import (
     ThinkingDelta,
 )
 from general_agent_server.core.model_catalog import capabilities
-from general_agent_server.core.request_builder import build_request
-from general_agent_server.core.runs import RunStatus
+from general_agent_server.core.request_builder import build_request, user_content_blocks
+from general_agent_server.core.runs import CallKind, CallResult, CallStatus, ResolvedBy, RunStatus, ToolCallRecord
 from general_agent_server.core.session import SessionState, Usage, UsageSnapshot
-from general_agent_server.core.transcript import (
-    AssistantEntry,
-    ToolCallEntry,
-    ToolResultEntry,
-    TranscriptEntry,
-)
+from general_agent_server.core.tools import ToolContext, ToolKind, ToolSet
+from general_agent_server.core.transcript import AssistantEntry, ToolCallEntry, ToolResultEntry, TranscriptEntry
 
 if TYPE_CHECKING:
     from general_agent_server.core.actor import ActiveRun, SessionActor
@@ -84,22 +87,74 @@ def provider_error_detail(error: ModelCallError) -> ErrorDetail:
     return ErrorDetail(code=code, reason="PROVIDER_ERROR", message=error.message, metadata=metadata)
 
 
+def tool_result_block(record: ToolCallRecord) -> dict[str, Any]:
+    """A round's result as the model sees it: text-only content collapses to a string; images become
+    image blocks (with a note when there is no text)."""
+    result = record.result or CallResult(content=(TextPart(text="no result"),), is_error=True)
+    texts = [p.text for p in result.content if isinstance(p, TextPart)]
+    images = [p for p in result.content if isinstance(p, ImagePart)]
+    content: Any
+    if not images:
+        content = "\n".join(texts)
+    else:
+        content = list(user_content_blocks(result.content))
+        if not texts:
+            content.insert(0, {"type": "text", "text": "(see attached image)"})
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": record.call_id, "content": content}
+    if result.is_error:
+        block["is_error"] = True
+    return block
+
+
+def result_event(record: ToolCallRecord, result: CallResult) -> EventBody:
+    if result.is_error:
+        text = next((p.text for p in result.content if isinstance(p, TextPart) and p.text), "Tool execution failed")
+        return ToolError(
+            call_id=record.call_id, tool_name=record.tool_name, error=text, details_json=result.details_json
+        )
+    return ToolResult(
+        call_id=record.call_id, tool_name=record.tool_name, output=result.content, details_json=result.details_json
+    )
+
+
+class _RunFailed(Exception):
+    """Ends the run FAILED with a reason (limits, refusals, truncation)."""
+
+    def __init__(self, reason: RunReason, detail: ErrorDetail, stop_reason: StopReason | None) -> None:
+        super().__init__(detail.message)
+        self.reason = reason
+        self.detail = detail
+        self.stop_reason = stop_reason
+
+
 class RunDriver:
-    """Executes one run on behalf of its actor."""
+    """Executes one run (or its continuation after a suspension) on behalf of its actor."""
 
     def __init__(
-        self, actor: SessionActor, run: ActiveRun, *, first_history: list[HistoryMessage] | None = None
+        self,
+        actor: SessionActor,
+        run: ActiveRun,
+        *,
+        first_history: list[HistoryMessage] | None = None,
+        resume_round: list[ToolCallRecord] | None = None,
     ) -> None:
         self.actor = actor
         self.run = run
         self._first_history = first_history
-        self.usage = Usage()
+        self._resume_round = resume_round
+        self.usage: Usage = run.record.usage
         self._partial_text: list[str] = []
         self._in_model_call = False
-        self._last_stop_reason: StopReason | None = None
+        self._last_stop_reason: StopReason | None = StopReason.TOOL_USE if resume_round else None
+        self._suspended = False
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
 
+    # ------------------------------------------------------------------ entry points
     async def execute(self) -> None:
         try:
+            if self._resume_round is not None:
+                self.actor.round = self._resume_round
+                await self._complete_round()
             await self._loop()
         except asyncio.CancelledError:
             if self.run.admission_failed:
@@ -109,27 +164,92 @@ class RunDriver:
                 task.uncancel()
             await self.run.admitted.wait()
             await self._finish_stopped()
+        except _RunFailed as failure:
+            await self._close_round(failure.detail.message, ResolvedBy.STOP)
+            await self._finish(
+                RunOutcome.FAILED,
+                reason=failure.reason,
+                stop_reason=failure.stop_reason,
+                error=failure.detail,
+                turn_error=failure.detail if failure.stop_reason is StopReason.ERROR else None,
+            )
         except Exception as exc:
             logger.exception("run %s failed internally", self.run.run_id, extra={"category": "system"})
             await self.run.admitted.wait()
-            await self._finish(
-                RunOutcome.FAILED,
-                reason=RunReason.INTERNAL,
-                stop_reason=StopReason.ERROR,
-                error=ErrorDetail(
-                    code=ErrorCode.INTERNAL,
-                    reason="INTERNAL",
-                    message=f"internal error: {type(exc).__name__}",
-                ),
+            detail = ErrorDetail(
+                code=ErrorCode.INTERNAL, reason="INTERNAL", message=f"internal error: {type(exc).__name__}"
             )
+            try:
+                await self._close_round("cancelled: internal error", ResolvedBy.STOP)
+            except Exception:
+                logger.exception("could not close the tool round of run %s", self.run.run_id)
+            await self._finish(RunOutcome.FAILED, reason=RunReason.INTERNAL, stop_reason=StopReason.ERROR, error=detail)
         finally:
-            self.actor.run_ended(self.run)
+            for task in self._tasks.values():
+                task.cancel()
+            self.actor.run_task_done(self.run, suspended=self._suspended)
+
+    async def close_suspended(self, reason: RunReason) -> None:
+        """Stops a suspended run: its pending hosted calls resolve as errors, then the run ends STOPPED."""
+        from general_agent_server.core.actor import stop_message
+
+        message, resolved_by = stop_message(reason)
+        await self._close_round(message, resolved_by)
+        await self._finish(RunOutcome.STOPPED, reason=reason, stop_reason=StopReason.TOOL_USE)
+        self.actor.run_task_done(self.run, suspended=False)
 
     # ------------------------------------------------------------------ the loop
+    def _limits(self) -> tuple[int, int, float]:
+        limits = self.actor.record.config.limits
+        settings = self.actor.settings
+        calls = min(
+            limits.max_model_calls_per_run or settings.max_model_calls_per_run, settings.max_model_calls_per_run
+        )
+        tools = min(limits.max_tool_calls_per_run or settings.max_tool_calls_per_run, settings.max_tool_calls_per_run)
+        deadline = min(limits.run_deadline_seconds or settings.run_deadline_seconds, settings.run_deadline_seconds)
+        return calls, tools, deadline
+
     async def _loop(self) -> None:
         actor, run = self.actor, self.run
         model_ref = run.model_ref
+        max_calls, _, deadline = self._limits()
         while True:
+            if self.usage.model_calls >= max_calls:
+                raise _RunFailed(
+                    RunReason.MAX_MODEL_CALLS,
+                    ErrorDetail(
+                        code=ErrorCode.RESOURCE_EXHAUSTED,
+                        reason="MAX_MODEL_CALLS",
+                        message=f"the run reached max_model_calls_per_run ({max_calls})",
+                        metadata={"limit": str(max_calls)},
+                    ),
+                    self._last_stop_reason,
+                )
+            if utcnow() - run.record.started_at > timedelta(seconds=deadline):
+                raise _RunFailed(
+                    RunReason.RUN_DEADLINE_EXCEEDED,
+                    ErrorDetail(
+                        code=ErrorCode.DEADLINE_EXCEEDED,
+                        reason="RUN_DEADLINE_EXCEEDED",
+                        message=f"the run exceeded run_deadline ({deadline:g}s)",
+                    ),
+                    self._last_stop_reason,
+                )
+            if run.credential is None:
+                run.credential = actor.deps.credentials(actor)
+                if run.credential is None:
+                    raise _RunFailed(
+                        RunReason.NO_API_KEY,
+                        ErrorDetail(
+                            code=ErrorCode.FAILED_PRECONDITION,
+                            reason="NO_API_KEY",
+                            message="no API key resolves for this session to continue the run",
+                        ),
+                        self._last_stop_reason,
+                    )
+            if self._first_history is None:
+                await self._deliver_injections()
+            tools = actor.toolset()
             config = actor.record.config
             history, self._first_history = self._first_history or actor.history, None
             request = build_request(
@@ -137,7 +257,7 @@ class RunDriver:
                 model_ref=model_ref,
                 system_prompt=config.system_prompt,
                 history=history,
-                tools=[],
+                tools=tools.definitions(),
                 max_tokens_cap=actor.settings.max_tokens_cap,
             )
             self._partial_text = []
@@ -172,16 +292,28 @@ class RunDriver:
             self._in_model_call = False
             if complete is None:
                 raise RuntimeError("model stream ended without a message")
-            if not await self._after_model_call(complete, model_ref):
+            if not await self._after_model_call(complete, model_ref, tools):
                 return
 
-    async def _after_model_call(self, complete: MessageComplete, model_ref: str) -> bool:
+    async def _deliver_injections(self) -> None:
+        """Steering messages go to the model at its next call, after that call's tool results (spec 5.1)."""
+        actor, run = self.actor, self.run
+        pending = actor.record.pending_injections
+        if not pending:
+            return
+        blocks = tuple(block for parts in pending for block in user_content_blocks(parts))
+        events = [actor.stamp(run.run_id, MessageInjected(input=parts)) for parts in pending]
+        await actor.commit(
+            events=events,
+            history=[HistoryMessage(role="user", content=blocks, run_id=run.run_id)],
+            pending_injections=(),
+        )
+
+    async def _after_model_call(self, complete: MessageComplete, model_ref: str, tools: ToolSet) -> bool:
         """Commits the assistant message; returns True when the loop makes another model call."""
         actor, run = self.actor, self.run
         self.usage = self.usage + complete.usage
         stop_reason = _STOP_REASONS.get(complete.stop_reason or "", StopReason.ERROR)
-        if complete.stop_reason == "refusal":
-            stop_reason = StopReason.ERROR
         self._last_stop_reason = stop_reason
         snapshot = self._snapshot(complete.usage, model_ref)
         text = "\n".join(b["text"] for b in complete.content if b.get("type") == "text" and b.get("text"))
@@ -197,7 +329,6 @@ class RunDriver:
             "usage_snapshot": snapshot,
             "cumulative_usage": actor.record.cumulative_usage + complete.usage,
         }
-
         if tool_uses and complete.stop_reason == "max_tokens":
             # The call was cut mid-arguments: never execute it, and keep it out of the history.
             detail = ErrorDetail(
@@ -215,38 +346,11 @@ class RunDriver:
                 **changes,
             )
             return False
-        if tool_uses and complete.stop_reason == "tool_use":
-            # No tool runtime yet: every call is an unknown tool, answered with is_error so the model can go on.
-            results: list[dict[str, Any]] = []
-            for block in tool_uses:
-                call_id, name = str(block["id"]), str(block["name"])
-                input_json = json.dumps(block.get("input") or {}, separators=(",", ":"))
-                message = f"Tool {name} not found"
-                call = actor.stamp(run.run_id, ToolCall(call_id=call_id, tool_name=name, input_json=input_json))
-                error = actor.stamp(run.run_id, ToolError(call_id=call_id, tool_name=name, error=message))
-                events += [call, error]
-                transcript += [
-                    actor.transcript_entry(
-                        run.run_id,
-                        ToolCallEntry(call_id=call_id, tool_name=name, input_json=input_json),
-                        call.sequence,
-                    ),
-                    actor.transcript_entry(
-                        run.run_id,
-                        ToolResultEntry(call_id=call_id, tool_name=name, output=(), is_error=True),
-                        error.sequence,
-                    ),
-                ]
-                results.append({"type": "tool_result", "tool_use_id": call_id, "content": message, "is_error": True})
-            events.append(actor.stamp(run.run_id, TurnComplete(stop_reason=StopReason.TOOL_USE)))
-            tool_message = HistoryMessage(role="user", content=tuple(results), run_id=run.run_id)
-            await actor.commit(events=events, transcript=transcript, history=[assistant, tool_message], **changes)
-            return True
+        if tool_uses:
+            return await self._tool_round(tool_uses, assistant, events, transcript, changes, tools)
         if complete.stop_reason == "refusal":
             detail = ErrorDetail(
-                code=ErrorCode.FAILED_PRECONDITION,
-                reason="MODEL_REFUSAL",
-                message="the model refused to continue",
+                code=ErrorCode.FAILED_PRECONDITION, reason="MODEL_REFUSAL", message="the model refused to continue"
             )
             await self._finish(
                 RunOutcome.FAILED,
@@ -260,6 +364,11 @@ class RunDriver:
                 **changes,
             )
             return False
+        if actor.record.pending_injections:
+            # The model would end the run with a steering message undelivered: one more call (spec 5.1).
+            events.append(actor.stamp(run.run_id, TurnComplete(stop_reason=stop_reason)))
+            await actor.commit(events=events, transcript=transcript, history=[assistant], **changes)
+            return True
         await self._finish(
             RunOutcome.COMPLETED,
             stop_reason=stop_reason,
@@ -269,6 +378,222 @@ class RunDriver:
             **changes,
         )
         return False
+
+    # ------------------------------------------------------------------ tool rounds
+    async def _tool_round(
+        self,
+        tool_uses: list[dict[str, Any]],
+        assistant: HistoryMessage,
+        events: list[SequencedEvent],
+        transcript: list[TranscriptEntry],
+        changes: dict[str, Any],
+        tools: ToolSet,
+    ) -> bool:
+        """Spec 5.3: for each call in order, tool_call (then tool_error at once for an unknown tool or
+        invalid input); local calls run concurrently with results in call order; hosted calls suspend."""
+        actor, run = self.actor, self.run
+        _, max_tools, _ = self._limits()
+        round_index = self.usage.model_calls
+        records: list[ToolCallRecord] = []
+        over_limit = run.record.tool_calls + len(tool_uses) > max_tools
+        now = utcnow()
+        for position, block in enumerate(tool_uses):
+            call_id, name = str(block["id"]), str(block["name"])
+            arguments = block.get("input")
+            input_json = json.dumps(arguments if arguments is not None else {}, separators=(",", ":"))
+            call = actor.stamp(run.run_id, ToolCall(call_id=call_id, tool_name=name, input_json=input_json))
+            events.append(call)
+            transcript.append(
+                actor.transcript_entry(
+                    run.run_id, ToolCallEntry(call_id=call_id, tool_name=name, input_json=input_json), call.sequence
+                )
+            )
+            spec = tools.lookup(name)
+            error: str | None
+            if over_limit:
+                error = f"not executed: the run reached max_tool_calls_per_run ({max_tools})"
+            elif spec is None:
+                error = f"Tool {name} not found"
+            else:
+                error = tools.validation_error(name, arguments)
+            record = ToolCallRecord(
+                tenant=actor.tenant,
+                session_id=actor.session_id,
+                run_id=run.run_id,
+                round_index=round_index,
+                position=position,
+                call_id=call_id,
+                tool_name=name,
+                input_json=input_json,
+                kind=CallKind.HOSTED if spec is not None and spec.kind is ToolKind.HOSTED else CallKind.LOCAL,
+            )
+            if error is not None:
+                result = CallResult(content=(TextPart(text=error),), is_error=True)
+                failed = actor.stamp(run.run_id, result_event(record, result))
+                events.append(failed)
+                transcript.append(self._result_entry(record, result, failed.sequence))
+                record = replace(
+                    record,
+                    status=CallStatus.RESOLVED,
+                    result=result,
+                    resolved_by=ResolvedBy.EXECUTED,
+                    resolve_sequence=failed.sequence,
+                )
+            elif spec is not None and spec.kind is ToolKind.HOSTED:
+                record = replace(record, deadline=now + actor.hosted_deadline(spec))
+            records.append(record)
+        run.record = replace(run.record, tool_calls=run.record.tool_calls + len(tool_uses), usage=self.usage)
+        actor.round = records
+        await actor.commit(
+            events=events, transcript=transcript, history=[assistant], tool_calls=records, runs=[run.record], **changes
+        )
+        if over_limit:
+            await self._complete_round()
+            raise _RunFailed(
+                RunReason.MAX_TOOL_CALLS,
+                ErrorDetail(
+                    code=ErrorCode.RESOURCE_EXHAUSTED,
+                    reason="MAX_TOOL_CALLS",
+                    message=f"the run reached max_tool_calls_per_run ({max_tools})",
+                    metadata={"limit": str(max_tools)},
+                ),
+                StopReason.TOOL_USE,
+            )
+        await self._run_local(tools)
+        hosted = [r for r in actor.round if r.status is CallStatus.PENDING and r.kind is CallKind.HOSTED]
+        if hosted:
+            await self._suspend(hosted)
+            return False
+        await self._complete_round()
+        return True
+
+    def _result_entry(self, record: ToolCallRecord, result: CallResult, sequence: int) -> TranscriptEntry:
+        return self.actor.transcript_entry(
+            self.run.run_id,
+            ToolResultEntry(
+                call_id=record.call_id,
+                tool_name=record.tool_name,
+                output=result.content,
+                details_json=result.details_json,
+                is_error=result.is_error,
+            ),
+            sequence,
+        )
+
+    async def _run_local(self, tools: ToolSet) -> None:
+        actor, run = self.actor, self.run
+        local = [r for r in actor.round if r.status is CallStatus.PENDING and r.kind is CallKind.LOCAL]
+        if not local:
+            return
+        actor.workspace.mkdir(parents=True, exist_ok=True)
+        for record in local:
+            context = ToolContext(
+                tenant=actor.tenant,
+                session_id=actor.session_id,
+                run_id=run.run_id,
+                call_id=record.call_id,
+                workspace=actor.workspace,
+            )
+            self._tasks[record.call_id] = asyncio.create_task(
+                tools.execute(record.tool_name, json.loads(record.input_json), context),
+                name=f"tool-{record.tool_name}-{record.call_id}",
+            )
+        for record in local:
+            outcome = await self._tasks[record.call_id]
+            del self._tasks[record.call_id]
+            result = CallResult(content=outcome.content, details_json=outcome.details_json, is_error=outcome.is_error)
+            await self._resolve_local(record, result, ResolvedBy.EXECUTED)
+
+    async def _resolve_local(self, record: ToolCallRecord, result: CallResult, resolved_by: ResolvedBy) -> None:
+        actor = self.actor
+        event = actor.stamp(self.run.run_id, result_event(record, result))
+        resolved = replace(
+            record, status=CallStatus.RESOLVED, result=result, resolved_by=resolved_by, resolve_sequence=event.sequence
+        )
+        actor.round = [resolved if r.call_id == record.call_id else r for r in actor.round]
+        await actor.commit(
+            events=[event], transcript=[self._result_entry(record, result, event.sequence)], tool_calls=[resolved]
+        )
+
+    async def _suspend(self, hosted: list[ToolCallRecord]) -> None:
+        """Commits SUSPENDED, then exposes every hosted call at once (spec 6)."""
+        actor, run = self.actor, self.run
+        events = [
+            actor.stamp(
+                run.run_id,
+                HostedToolCall(call_id=r.call_id, tool_name=r.tool_name, input_json=r.input_json, deadline=r.deadline),
+            )
+            for r in hosted
+        ]
+        pending = tuple(r.call_id for r in hosted)
+        events.append(
+            actor.stamp(
+                run.run_id,
+                RunFinished(
+                    outcome=RunOutcome.SUSPENDED,
+                    stop_reason=StopReason.TOOL_USE,
+                    pending_call_ids=pending,
+                    usage=self.usage,
+                ),
+            )
+        )
+        run.record = replace(run.record, status=RunStatus.SUSPENDED, usage=self.usage)
+        await actor.commit(events=events, runs=[run.record], state=SessionState.SUSPENDED, pending_call_ids=pending)
+        actor.arm_deadlines(hosted)
+        self._suspended = True
+
+    async def _complete_round(self, *, turn_complete: bool = True) -> None:
+        """All results are in: one user message with them in call order, then turn_complete{tool_use}."""
+        actor, run = self.actor, self.run
+        records = sorted(actor.round, key=lambda r: r.position)
+        if not records:
+            return
+        message = HistoryMessage(role="user", content=tuple(tool_result_block(r) for r in records), run_id=run.run_id)
+        events = [actor.stamp(run.run_id, TurnComplete(stop_reason=StopReason.TOOL_USE))] if turn_complete else []
+        await actor.commit(events=events, history=[message])
+        actor.round = []
+
+    async def _close_round(self, message: str, resolved_by: ResolvedBy) -> None:
+        """Stops whatever of the round is unfinished: running tools are cancelled, pending calls get an
+        is_error result, and the round's results message keeps the history valid."""
+        actor = self.actor
+        for task in self._tasks.values():
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        self._tasks.clear()
+        pending = [r for r in actor.round if r.status is CallStatus.PENDING]
+        if not actor.round:
+            return
+        events: list[SequencedEvent] = []
+        transcript: list[TranscriptEntry] = []
+        resolved_records: list[ToolCallRecord] = []
+        result = CallResult(content=(TextPart(text=message),), is_error=True)
+        for record in pending:
+            event = actor.stamp(self.run.run_id, result_event(record, result))
+            events.append(event)
+            transcript.append(self._result_entry(record, result, event.sequence))
+            resolved_records.append(
+                replace(
+                    record,
+                    status=CallStatus.RESOLVED,
+                    result=result,
+                    resolved_by=resolved_by,
+                    resolve_sequence=event.sequence,
+                )
+            )
+        by_id = {r.call_id: r for r in resolved_records}
+        actor.round = [by_id.get(r.call_id, r) for r in actor.round]
+        records = sorted(actor.round, key=lambda r: r.position)
+        history = [
+            HistoryMessage(role="user", content=tuple(tool_result_block(r) for r in records), run_id=self.run.run_id)
+        ]
+        events.append(actor.stamp(self.run.run_id, TurnComplete(stop_reason=StopReason.TOOL_USE)))
+        await actor.commit(
+            events=events, transcript=transcript, tool_calls=resolved_records, history=history, pending_call_ids=()
+        )
+        actor.round = []
+        actor.disarm_deadlines()
 
     def _snapshot(self, usage: Usage, model_ref: str) -> UsageSnapshot:
         window = capabilities(model_ref).context_window
@@ -282,10 +607,12 @@ class RunDriver:
 
     # ------------------------------------------------------------------ endings
     async def _finish_stopped(self) -> None:
+        from general_agent_server.core.actor import stop_message
+
         actor, run = self.actor, self.run
         reason = run.stop_reason or RunReason.CANCELLED
-        transcript: list[TranscriptEntry] = []
         lead: list[SequencedEvent] = []
+        transcript: list[TranscriptEntry] = []
         if self._in_model_call:
             lead.append(actor.stamp(run.run_id, TurnComplete(stop_reason=StopReason.ABORTED)))
             partial = "".join(self._partial_text)
@@ -293,21 +620,19 @@ class RunDriver:
                 transcript.append(
                     actor.transcript_entry(run.run_id, AssistantEntry(text=partial, aborted=True), lead[0].sequence)
                 )
+        else:
+            message, resolved_by = stop_message(reason)
+            await self._close_round(message, resolved_by)
         # The end of the shutdown grace is a failure of the server, not a choice of the host.
-        outcome = RunOutcome.FAILED if reason is RunReason.INTERRUPTED else RunOutcome.STOPPED
-        error = (
-            ErrorDetail(
-                code=ErrorCode.UNAVAILABLE,
-                reason="INTERRUPTED",
-                message="the server shut down during the run",
-            )
-            if reason is RunReason.INTERRUPTED
-            else None
-        )
+        interrupted = reason is RunReason.INTERRUPTED
         await self._finish(
-            outcome,
+            RunOutcome.FAILED if interrupted else RunOutcome.STOPPED,
             reason=reason,
-            error=error,
+            error=ErrorDetail(
+                code=ErrorCode.UNAVAILABLE, reason="INTERRUPTED", message="the server shut down during the run"
+            )
+            if interrupted
+            else None,
             stop_reason=StopReason.ABORTED if self._in_model_call else self._last_stop_reason,
             lead_events=lead,
             transcript=transcript,
@@ -329,7 +654,12 @@ class RunDriver:
         """The terminal commit: lead events (+ turn_complete), run_finished, run row, session IDLE."""
         actor, run = self.actor, self.run
         events = list(lead_events or [])
-        if stop_reason is not None and self.run.stop_reason is None:
+        closes_model_call = outcome is RunOutcome.COMPLETED or reason in (
+            RunReason.PROVIDER_ERROR,
+            RunReason.MODEL_REFUSAL,
+            RunReason.OUTPUT_TRUNCATED,
+        )
+        if stop_reason is not None and closes_model_call:
             events.append(actor.stamp(run.run_id, TurnComplete(stop_reason=stop_reason, error=turn_error)))
         finished = actor.stamp(
             run.run_id,
@@ -354,11 +684,12 @@ class RunDriver:
                 runs=[record],
                 state=SessionState.IDLE,
                 active_run_id="",
+                pending_call_ids=(),
                 **changes,
             )
         except Exception:
             # The store failed at the very end: never leave the session wedged in memory. Start-up recovery
             # marks the run INTERRUPTED if the process dies before a later commit.
             logger.exception("could not commit the end of run %s", run.run_id, extra={"category": "system"})
-            actor.record = replace(actor.record, state=SessionState.IDLE, active_run_id="")
+            actor.record = replace(actor.record, state=SessionState.IDLE, active_run_id="", pending_call_ids=())
             actor.publish(events)

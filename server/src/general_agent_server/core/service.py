@@ -7,24 +7,23 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from general_agent_server.core.actor import ActiveRun, SessionActor, TurnRequest
+from general_agent_server.core.actor import ActorDeps, SessionActor
 from general_agent_server.core.clock import utcnow
-from general_agent_server.core.content import ContentPart
 from general_agent_server.core.credentials import CredentialResolver
 from general_agent_server.core.errors import ErrorCode, ServiceError, session_not_found
-from general_agent_server.core.events import RunFinished, RunReason, SequencedEvent
+from general_agent_server.core.events import RunReason
 from general_agent_server.core.model import Credential, ModelClient
 from general_agent_server.core.paging import decode_token, encode_token, filters_digest, invalid_token
 from general_agent_server.core.recovery import recover_interrupted_runs
 from general_agent_server.core.registry import ActorRegistry
-from general_agent_server.core.runs import IdempotencyRecord, RunRecord
+from general_agent_server.core.runs import IdempotencyRecord
 from general_agent_server.core.session import (
     DEFAULT_TENANT,
+    HostedToolDefinition,
     SessionConfig,
     SessionIdentity,
     SessionOverrides,
@@ -32,9 +31,11 @@ from general_agent_server.core.session import (
     SessionState,
 )
 from general_agent_server.core.settings import CoreSettings
+from general_agent_server.core.tools import ToolCatalog
 from general_agent_server.core.transcript import TranscriptEntry
 from general_agent_server.core.transcript_export import TranscriptExporter
-from general_agent_server.core.validation import check_config, check_session_id, check_turn_input
+from general_agent_server.core.turns import TurnOps
+from general_agent_server.core.validation import check_config, check_session_id
 from general_agent_server.store.port import (
     ListCursor,
     SessionExistsError,
@@ -44,11 +45,6 @@ from general_agent_server.store.port import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-class OnDisconnect:
-    CANCEL = "CANCEL"
-    CONTINUE = "CONTINUE"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -73,11 +69,6 @@ class SessionView:
     transcript_path: str
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TurnOptions:
-    on_disconnect: str = OnDisconnect.CANCEL
-
-
 class AgentCore:
     """See module docstring."""
 
@@ -89,13 +80,28 @@ class AgentCore:
         model: ModelClient,
         credentials: CredentialResolver,
         exporter: TranscriptExporter,
+        catalog: ToolCatalog,
+        global_hosted_tools: tuple[HostedToolDefinition, ...] = (),
     ) -> None:
         self.settings = settings
         self.store = store
         self.model = model
         self.credentials = credentials
         self.exporter = exporter
-        self.registry = ActorRegistry(store=store, model=model, settings=settings, exporter=exporter)
+        self.catalog = catalog
+        self.global_hosted_tools = global_hosted_tools
+        self.registry = ActorRegistry(
+            ActorDeps(
+                store=store,
+                model=model,
+                settings=settings,
+                exporter=exporter,
+                catalog=catalog,
+                credentials=self.resolve_credential,
+                global_hosted_tools=global_hosted_tools,
+            )
+        )
+        self.turns = TurnOps(self)
         self._shutting_down = False
 
     # ------------------------------------------------------------------ life cycle
@@ -105,6 +111,10 @@ class AgentCore:
         recovered = await recover_interrupted_runs(self.store, sequence_block=self.settings.sequence_block)
         if recovered:
             logger.info("marked %d interrupted run(s) as FAILED/INTERRUPTED", recovered, extra={"category": "system"})
+        # Suspended sessions come back into memory so their hosted deadlines are armed (expired ones fire).
+        for call in await self.store.list_pending_hosted_calls():
+            async with self.registry.use(call.tenant, call.session_id):
+                pass
 
     async def shutdown(self, grace_seconds: float) -> None:
         """New turns are refused; running runs get the grace, then stop as FAILED/INTERRUPTED; watch
@@ -130,7 +140,7 @@ class AgentCore:
             actor.close_subscribers(error)
         await self.exporter.close()
 
-    def _check_serving(self) -> None:
+    def check_serving(self) -> None:
         if self._shutting_down:
             raise ServiceError(
                 ErrorCode.UNAVAILABLE, "SHUTTING_DOWN", "the server is shutting down", retry_after_seconds=1.0
@@ -181,7 +191,7 @@ class AgentCore:
         api_key: str = "",
         idem: Idempotency | None = None,
     ) -> SessionView:
-        self._check_serving()
+        self.check_serving()
         replay = await self._replayed(ctx, "CreateSession", idem)
         if replay is not None:
             return await self.get_session(ctx, str(replay["session_id"]))
@@ -266,7 +276,8 @@ class AgentCore:
         actor = self.registry.peek(ctx.tenant, session_id)
         if actor is not None:
             async with actor.lock:
-                await actor.stop_active_run(RunReason.SESSION_DELETED)
+                await actor.stop_run(RunReason.SESSION_DELETED)
+                actor.disarm_deadlines()
                 actor.close_subscribers()
         deleted = await self.store.delete_session(ctx.tenant, session_id)
         self.registry.forget(ctx.tenant, session_id)
@@ -331,7 +342,7 @@ class AgentCore:
     async def reset_session(self, ctx: CallContext, session_id: str, reason: str) -> SessionView:
         check_session_id(session_id)
         async with self.registry.use(ctx.tenant, session_id) as actor, actor.lock:
-            await actor.stop_active_run(RunReason.SESSION_RESET)
+            await actor.stop_run(RunReason.SESSION_RESET)
             await actor.reset(reason or "manual")
             return self.view(actor.record)
 
@@ -371,141 +382,13 @@ class AgentCore:
         next_token = encode_token({"e": kept[-1].entry_id}, digest) if more and kept else ""
         return kept, next_token
 
-    # ------------------------------------------------------------------ turns
-    def _credential(self, actor: SessionActor) -> Credential:
-        credential = self.credentials.resolve(
+    # ------------------------------------------------------------------ credentials
+    def resolve_credential(self, actor: SessionActor) -> Credential | None:
+        return self.credentials.resolve(
             tenant=actor.tenant,
             session_profile_id=actor.record.config.auth_profile_id,
             memory_api_key=self.registry.memory_keys.get((actor.tenant, actor.session_id), ""),
         )
-        if credential is None:
-            raise ServiceError(
-                ErrorCode.FAILED_PRECONDITION,
-                "NO_API_KEY",
-                "no API key resolves for this session: set ANTHROPIC_API_KEY, configure an auth profile, "
-                "or pass api_key on CreateSession/ResumeSession",
-                metadata={"session_id": actor.session_id},
-            )
-        return credential
-
-    async def stream_turn(
-        self,
-        ctx: CallContext,
-        session_id: str,
-        parts: tuple[ContentPart, ...],
-        *,
-        options: TurnOptions,
-        idem: Idempotency | None = None,
-    ) -> AsyncIterator[SequencedEvent]:
-        """Starts a run and yields its events until its first run_finished. A replayed request_id
-        attaches to the original run instead."""
-        check_session_id(session_id)
-        check_turn_input(
-            parts,
-            field_path="input",
-            max_image_bytes=self.settings.max_image_bytes,
-            max_message_bytes=self.settings.max_message_bytes,
-        )
-        self._check_serving()
-        async with self.registry.use(ctx.tenant, session_id) as actor:
-            if idem is not None and idem.request_id:
-                previous = await self.store.find_run_by_request_id(ctx.tenant, session_id, idem.request_id)
-                if previous is not None:
-                    async for event in self._replay_run(actor, previous, idem):
-                        yield event
-                    return
-            subscriber = actor.subscribe()
-            run: ActiveRun | None = None
-            try:
-                async with actor.lock:
-                    self._check_serving()
-                    if actor.record.state is not SessionState.IDLE:
-                        raise actor.busy_error()
-                    credential = self._credential(actor)
-                    run = await actor.start_turn(
-                        TurnRequest(
-                            parts=parts,
-                            request_id=idem.request_id if idem else "",
-                            body_hash=idem.body_hash if idem else "",
-                        ),
-                        model_ref=actor.record.config.model_ref or self.settings.default_model_ref,
-                        credential=credential,
-                        run_id=str(uuid.uuid4()),
-                    )
-                while (live := await subscriber.get()) is not None:
-                    if live.run_id != run.run_id:
-                        continue
-                    yield live
-                    if isinstance(live.body, RunFinished):
-                        return
-            finally:
-                actor.unsubscribe(subscriber)
-                if run is not None and not run.finished.is_set() and options.on_disconnect == OnDisconnect.CANCEL:
-                    actor.cancel_run(RunReason.CANCELLED, run.run_id)
-
-    async def _replay_run(
-        self, actor: SessionActor, run: RunRecord, idem: Idempotency
-    ) -> AsyncIterator[SequencedEvent]:
-        if run.body_hash != idem.body_hash:
-            raise ServiceError(
-                ErrorCode.INVALID_ARGUMENT,
-                "REQUEST_ID_REUSED",
-                f"request_id {idem.request_id!r} was already used with a different turn",
-                metadata={"request_id": idem.request_id, "run_id": run.run_id},
-            )
-        async for event in self._events_after(actor, run.first_sequence - 1):
-            if event.run_id != run.run_id:
-                continue
-            yield event
-            if isinstance(event.body, RunFinished):
-                return
-
-    # ------------------------------------------------------------------ watching
-    async def watch(
-        self, ctx: CallContext, session_id: str, after_sequence: int | None
-    ) -> AsyncIterator[SequencedEvent]:
-        check_session_id(session_id)
-        self._check_serving()
-        async with self.registry.use(ctx.tenant, session_id) as actor:
-            async for event in self._events_after(actor, after_sequence):
-                yield event
-
-    async def _events_after(self, actor: SessionActor, after_sequence: int | None) -> AsyncIterator[SequencedEvent]:
-        """Live subscription first, then the durable log up to the live point, then live events not
-        already replayed: no gap, no duplicate (spec 5.6)."""
-        subscriber = actor.subscribe()
-        try:
-            last = actor.last_assigned_sequence if after_sequence is None else after_sequence
-            if after_sequence is not None:
-                oldest = await self.store.oldest_event_sequence(actor.tenant, actor.session_id)
-                if oldest is not None and after_sequence < oldest - 1 and oldest > 1:
-                    raise ServiceError(
-                        ErrorCode.OUT_OF_RANGE,
-                        "EVENTS_EXPIRED",
-                        f"events after {after_sequence} are no longer retained; the oldest is {oldest}",
-                        metadata={"oldest_sequence": str(oldest)},
-                    )
-                await self.store.flush()
-                while True:
-                    batch = await self.store.read_events(
-                        actor.tenant,
-                        actor.session_id,
-                        after_sequence=last,
-                        limit=self.settings.event_replay_batch,
-                    )
-                    if not batch:
-                        break
-                    for event in batch:
-                        yield event
-                        last = event.sequence
-            while (live := await subscriber.get()) is not None:
-                if live.sequence <= last:
-                    continue
-                last = live.sequence
-                yield live
-        finally:
-            actor.unsubscribe(subscriber)
-            self.registry.release_idle(actor)
 
 
 def _approx_size(entry: TranscriptEntry) -> int:

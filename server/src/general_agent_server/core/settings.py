@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -19,3 +20,12 @@ class CoreSettings:
     shutdown_grace_seconds: float = 10.0
     event_replay_batch: int = 500
     max_idle_actors: int = 1000
+    workspace_root: Path = field(default_factory=lambda: Path(".general-agent/workspace"))
+    max_model_calls_per_run: int = 50
+    max_tool_calls_per_run: int = 200
+    run_deadline_seconds: float = 30 * 60
+    hosted_call_timeout_seconds: float = 24 * 3600
+    hosted_call_timeout_max_seconds: float = 7 * 24 * 3600
+    max_queued_turns: int = 8
+    enqueue_timeout_seconds: float = 60.0
+    heartbeat_seconds: float = 15.0

@@ -24,6 +24,7 @@ from general_agent_server.core import events as ev
 from general_agent_server.core import transcript as tr
 from general_agent_server.core.content import ContentPart, ImagePart, TextPart
 from general_agent_server.core.errors import invalid_argument
+from general_agent_server.core.runs import CallResult
 from general_agent_server.core.service import Idempotency, SessionView
 from general_agent_server.core.session import (
     AutoCompaction,
@@ -40,6 +41,7 @@ from general_agent_server.core.session import (
     Usage,
     UsageSnapshot,
 )
+from general_agent_server.core.turns import BusyPolicy, OnDisconnect, TurnOptions
 from general_agent_server.rpc.errors import status_from_detail
 from general_agent_server.store.port import SessionQuery
 
@@ -309,6 +311,52 @@ def query_from_proto(request: api.ListSessionsRequest) -> SessionQuery:
         parent_session_id=request.parent_session_id,
         include_children=request.include_children,
     )
+
+
+# ---------------------------------------------------------------------- turns
+
+_BUSY = {
+    api.BUSY_POLICY_UNSPECIFIED: BusyPolicy.REJECT,
+    api.BUSY_POLICY_REJECT: BusyPolicy.REJECT,
+    api.BUSY_POLICY_ENQUEUE: BusyPolicy.ENQUEUE,
+    api.BUSY_POLICY_INTERRUPT: BusyPolicy.INTERRUPT,
+    api.BUSY_POLICY_STEER: BusyPolicy.STEER,
+}
+
+
+def on_disconnect_from_proto(value: int) -> OnDisconnect:
+    return OnDisconnect.CONTINUE if value == api.ON_DISCONNECT_CONTINUE else OnDisconnect.CANCEL
+
+
+def turn_options_from_proto(options: api.TurnOptions, field: str = "options") -> TurnOptions:
+    policy = _BUSY.get(api.BusyPolicy.ValueType(options.busy_policy))
+    if policy is None:
+        raise invalid_argument(f"{field}.busy_policy", f"unknown busy policy {options.busy_policy}")
+    return TurnOptions(busy_policy=policy, on_disconnect=on_disconnect_from_proto(options.on_disconnect))
+
+
+def hosted_result_from_proto(request: api.SubmitHostedToolResultRequest | api.RunSessionHostedResult) -> CallResult:
+    """Spec 6: a string output becomes the tool text, anything else its JSON (output_json preferred);
+    details default to the output; an error submit is is_error for the model."""
+    which = request.WhichOneof("result")
+    details = json_format.MessageToJson(request.details, indent=None) if request.HasField("details") else ""
+    if which == "error":
+        return CallResult(
+            content=(TextPart(text=request.error or "hosted tool failed"),), details_json=details, is_error=True
+        )
+    if which == "output_json":
+        try:
+            value = json.loads(request.output_json)
+        except json.JSONDecodeError as exc:
+            raise invalid_argument("output_json", f"is not valid JSON: {exc.msg}") from None
+        text = value if isinstance(value, str) else request.output_json
+        return CallResult(content=(TextPart(text=text),), details_json=details or request.output_json)
+    if which == "output":
+        value_json = json_format.MessageToJson(request.output, indent=None)
+        value = json.loads(value_json)
+        text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        return CallResult(content=(TextPart(text=text),), details_json=details or value_json)
+    raise invalid_argument("result", "set one of output, output_json or error")
 
 
 # ---------------------------------------------------------------------- content

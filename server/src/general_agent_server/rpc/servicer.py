@@ -14,7 +14,7 @@ import general_agent_server
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc as api_grpc
 from general_agent_server.core.errors import invalid_argument, not_implemented
-from general_agent_server.core.service import AgentCore, CallContext, OnDisconnect, TurnOptions
+from general_agent_server.core.service import AgentCore, CallContext
 from general_agent_server.core.session import DEFAULT_TENANT
 from general_agent_server.rpc import convert
 from general_agent_server.rpc.errors import abort
@@ -25,17 +25,24 @@ Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
 # Capabilities this build serves, reported by GetServerInfo.
-CAPABILITIES = ("sessions", "streaming_turns", "watch", "idempotency", "transcript", "usage")
+CAPABILITIES = (
+    "sessions",
+    "streaming_turns",
+    "watch",
+    "idempotency",
+    "transcript",
+    "usage",
+    "tools",
+    "hosted_tools",
+    "steering",
+    "run_control",
+    "busy_policy",
+)
 
 # RPC → the capability (and later release) that provides it.
 UNIMPLEMENTED_RPCS: dict[str, str] = {
     "ForkSession": "fork",
-    "SubmitHostedToolResult": "hosted_tools",
     "RunSession": "run_session",
-    "InjectMessage": "steering",
-    "RequestStop": "run_control",
-    "ClearStop": "run_control",
-    "CancelRun": "run_control",
     "RequestCompaction": "compaction",
     "MaybeCompactByTokens": "compaction",
     "ListCheckpoints": "checkpoints",
@@ -164,18 +171,11 @@ class AgentServicer(api_grpc.AgentServiceServicer):
     async def StreamTurn(
         self, request: api.StreamTurnRequest, context: Context
     ) -> AsyncIterator[api.StreamTurnResponse]:
-        on_disconnect = (
-            OnDisconnect.CONTINUE
-            if request.options.on_disconnect == api.ON_DISCONNECT_CONTINUE
-            else OnDisconnect.CANCEL
-        )
-        if request.options.busy_policy not in (api.BUSY_POLICY_UNSPECIFIED, api.BUSY_POLICY_REJECT):
-            raise not_implemented("busy_policy", "options.busy_policy other than REJECT")
-        events = self._core.stream_turn(
+        events = self._core.turns.stream_turn(
             call_context(context),
             request.session_id,
             convert.parts_from_proto(request.input, "input"),
-            options=TurnOptions(on_disconnect=on_disconnect),
+            options=convert.turn_options_from_proto(request.options),
             idem=convert.idempotency(request),
         )
         async for event in events:
@@ -186,8 +186,44 @@ class AgentServicer(api_grpc.AgentServiceServicer):
         self, request: api.WatchSessionRequest, context: Context
     ) -> AsyncIterator[api.WatchSessionResponse]:
         after = request.after_sequence if request.HasField("after_sequence") else None
-        async for event in self._core.watch(call_context(context), request.session_id, after):
+        async for event in self._core.turns.watch(call_context(context), request.session_id, after):
             yield api.WatchSessionResponse(event=convert.event_to_proto(event))
+
+    @server_stream
+    async def SubmitHostedToolResult(
+        self, request: api.SubmitHostedToolResultRequest, context: Context
+    ) -> AsyncIterator[api.SubmitHostedToolResultResponse]:
+        events = self._core.turns.submit(
+            call_context(context),
+            request.session_id,
+            request.call_id,
+            convert.hosted_result_from_proto(request),
+            on_disconnect=convert.on_disconnect_from_proto(request.on_disconnect),
+        )
+        async for event in events:
+            yield api.SubmitHostedToolResultResponse(event=convert.event_to_proto(event))
+
+    @unary
+    async def InjectMessage(self, request: api.InjectMessageRequest, context: Context) -> api.InjectMessageResponse:
+        run_id = await self._core.turns.inject(
+            call_context(context), request.session_id, convert.parts_from_proto(request.input, "input")
+        )
+        return api.InjectMessageResponse(accepted=bool(run_id), run_id=run_id)
+
+    @unary
+    async def RequestStop(self, request: api.RequestStopRequest, context: Context) -> api.RequestStopResponse:
+        run_id = await self._core.turns.request_stop(call_context(context), request.session_id)
+        return api.RequestStopResponse(run_id=run_id)
+
+    @unary
+    async def ClearStop(self, request: api.ClearStopRequest, context: Context) -> api.ClearStopResponse:
+        was_set = await self._core.turns.clear_stop(call_context(context), request.session_id)
+        return api.ClearStopResponse(was_set=was_set)
+
+    @unary
+    async def CancelRun(self, request: api.CancelRunRequest, context: Context) -> api.CancelRunResponse:
+        run_id = await self._core.turns.cancel_run(call_context(context), request.session_id, request.run_id)
+        return api.CancelRunResponse(cancelled=bool(run_id), run_id=run_id)
 
     @unary
     async def GetUsage(self, request: api.GetUsageRequest, context: Context) -> api.GetUsageResponse:
@@ -215,18 +251,6 @@ class AgentServicer(api_grpc.AgentServiceServicer):
     # ------------------------------------------------------------------ later capabilities
     async def ForkSession(self, request: api.ForkSessionRequest, context: Context) -> api.ForkSessionResponse:
         return await _unimplemented(context, "ForkSession")
-
-    async def InjectMessage(self, request: api.InjectMessageRequest, context: Context) -> api.InjectMessageResponse:
-        return await _unimplemented(context, "InjectMessage")
-
-    async def RequestStop(self, request: api.RequestStopRequest, context: Context) -> api.RequestStopResponse:
-        return await _unimplemented(context, "RequestStop")
-
-    async def ClearStop(self, request: api.ClearStopRequest, context: Context) -> api.ClearStopResponse:
-        return await _unimplemented(context, "ClearStop")
-
-    async def CancelRun(self, request: api.CancelRunRequest, context: Context) -> api.CancelRunResponse:
-        return await _unimplemented(context, "CancelRun")
 
     async def RequestCompaction(
         self, request: api.RequestCompactionRequest, context: Context
@@ -277,12 +301,6 @@ class AgentServicer(api_grpc.AgentServiceServicer):
 
     async def EmitHook(self, request: api.EmitHookRequest, context: Context) -> api.EmitHookResponse:
         return await _unimplemented(context, "EmitHook")
-
-    async def SubmitHostedToolResult(
-        self, request: api.SubmitHostedToolResultRequest, context: Context
-    ) -> AsyncIterator[api.SubmitHostedToolResultResponse]:
-        await _unimplemented(context, "SubmitHostedToolResult")
-        yield api.SubmitHostedToolResultResponse()  # pragma: no cover  (an async generator, as stream handlers are)
 
     async def RunSession(
         self, request_iterator: AsyncIterator[api.RunSessionRequest], context: Context
