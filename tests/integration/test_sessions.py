@@ -10,7 +10,7 @@ import grpc
 
 from general_agent.testing import FakeAnthropic, TextReply
 from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import session_pb2, tool_pb2
+from general_agent.v1 import mcp_pb2, session_pb2
 from general_agent_server.app import RunningServer
 from tests.support.rpc import Stub, create_session, rpc_error, stream_turn
 
@@ -60,17 +60,17 @@ async def test_invalid_fields_are_named(stub: Stub) -> None:
 
 
 async def test_capabilities_of_later_releases_answer_unimplemented(stub: Stub) -> None:
-    error = await rpc_error(create_session(stub, hosted_tools=[tool_pb2.HostedToolDefinition(name="lookup")]))
+    error = await rpc_error(
+        create_session(stub, mcp_servers={"docs": mcp_pb2.McpServerConfig(http=mcp_pb2.McpHttpServer(url="http://x"))})
+    )
     assert error.code == grpc.StatusCode.UNIMPLEMENTED
-    assert error.metadata == {"capability": "hosted_tools"}
-    error = await rpc_error(stub.ForkSession(api.ForkSessionRequest(source_session_id="x")))
+    assert error.metadata == {"capability": "mcp"}
+    error = await rpc_error(stub.RequestCompaction(api.RequestCompactionRequest(session_id="x")))
     assert (error.code, error.reason, error.metadata) == (
         grpc.StatusCode.UNIMPLEMENTED,
         "NOT_IMPLEMENTED",
-        {"capability": "fork"},
+        {"capability": "compaction"},
     )
-    error = await rpc_error(stub.RunSession(iter([api.RunSessionRequest()])))
-    assert error.code == grpc.StatusCode.UNIMPLEMENTED
 
 
 async def test_unknown_session_is_not_found(stub: Stub) -> None:

@@ -69,7 +69,8 @@ async def start_server(settings: ServerSettings) -> RunningServer:
         model=model,
         credentials=credentials,
         exporter=TranscriptExporter(state_dir / "transcripts"),
-        catalog=builtin_catalog(),
+        catalog=builtin_catalog(settings.tool_limits()),
+        global_hosted_tools=settings.hosted_tools,
     )
     server = grpc.aio.server(
         interceptors=[RequestContextInterceptor()],

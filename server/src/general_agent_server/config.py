@@ -7,7 +7,6 @@ a named environment variable or a file."""
 from __future__ import annotations
 
 import argparse
-import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -15,7 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from general_agent_server.core.credentials import AuthProfile
+from general_agent_server.core.errors import ServiceError
+from general_agent_server.core.session import HostedToolDefinition
 from general_agent_server.core.settings import CoreSettings
+from general_agent_server.core.tools import ToolLimits
+from general_agent_server.core.validation import check_hosted_tools
 
 MIB = 1024 * 1024
 
@@ -99,6 +102,22 @@ SETTINGS: tuple[Setting, ...] = (
         help="Group-commit window for buffered events.",
     ),
     Setting(name="replica_id", kind=str, default="local", help="Lease owner id of this server process."),
+    Setting(name="max_model_calls_per_run", kind=int, default=50, help="Model calls one run may make."),
+    Setting(name="max_tool_calls_per_run", kind=int, default=200, help="Tool calls one run may make."),
+    Setting(name="run_deadline", kind=float, default=1800.0, help="Seconds one run may take (suspensions excluded)."),
+    Setting(
+        name="hosted_call_timeout",
+        kind=float,
+        default=86_400.0,
+        help="Default seconds a host has to answer a hosted call.",
+    ),
+    Setting(
+        name="hosted_call_timeout_max", kind=float, default=604_800.0, help="Upper bound on any hosted call deadline."
+    ),
+    Setting(name="max_queued_turns", kind=int, default=8, help="ENQUEUE turns waiting per session."),
+    Setting(name="enqueue_timeout", kind=float, default=60.0, help="Seconds an ENQUEUE turn waits before ABORTED."),
+    Setting(name="tool_timeout", kind=float, default=120.0, help="Default seconds a local tool may run."),
+    Setting(name="max_tool_output_chars", kind=int, default=100_000, help="Tool output cap (text), with a notice."),
     Setting(
         name="anthropic_api_key_file",
         kind=str,
@@ -128,11 +147,21 @@ class ServerSettings:
     subscriber_buffer: int = 4096
     store_flush_interval_ms: float = 20.0
     replica_id: str = "local"
+    max_model_calls_per_run: int = 50
+    max_tool_calls_per_run: int = 200
+    run_deadline: float = 1800.0
+    hosted_call_timeout: float = 86_400.0
+    hosted_call_timeout_max: float = 604_800.0
+    max_queued_turns: int = 8
+    enqueue_timeout: float = 60.0
+    tool_timeout: float = 120.0
+    max_tool_output_chars: int = 100_000
     anthropic_api_key_file: str = ""
     # From the environment / TOML only (never flags):
     default_profile: AuthProfile | None = field(default=None, repr=False)
     auth_profiles: Mapping[str, AuthProfile] = field(default_factory=dict, repr=False)
     tenant_default_profiles: Mapping[str, str] = field(default_factory=dict)
+    hosted_tools: tuple[HostedToolDefinition, ...] = ()
 
     def core(self) -> CoreSettings:
         return CoreSettings(
@@ -143,7 +172,18 @@ class ServerSettings:
             max_image_bytes=self.max_image_bytes,
             max_message_bytes=self.max_message_bytes,
             shutdown_grace_seconds=self.shutdown_grace,
+            workspace_root=Path(self.workspace_dir).resolve(),
+            max_model_calls_per_run=self.max_model_calls_per_run,
+            max_tool_calls_per_run=self.max_tool_calls_per_run,
+            run_deadline_seconds=self.run_deadline,
+            hosted_call_timeout_seconds=self.hosted_call_timeout,
+            hosted_call_timeout_max_seconds=self.hosted_call_timeout_max,
+            max_queued_turns=self.max_queued_turns,
+            enqueue_timeout_seconds=self.enqueue_timeout,
         )
+
+    def tool_limits(self) -> ToolLimits:
+        return ToolLimits(max_output_chars=self.max_tool_output_chars, default_timeout_seconds=self.tool_timeout)
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -181,7 +221,7 @@ def load_settings(args: argparse.Namespace | None, environ: Mapping[str, str]) -
             file_values = tomllib.loads(Path(config_path).read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"config file {config_path}: {exc}") from None
-    known = {s.name for s in SETTINGS} | {"auth_profiles", "tenant_default_profiles"}
+    known = {s.name for s in SETTINGS} | {"auth_profiles", "tenant_default_profiles", "hosted_tools"}
     unknown = sorted(set(file_values) - known)
     if unknown:
         raise ConfigError(f"config file {config_path}: unknown setting(s) {', '.join(unknown)}")
@@ -201,6 +241,7 @@ def load_settings(args: argparse.Namespace | None, environ: Mapping[str, str]) -
         default_profile=_default_profile(values["anthropic_api_key_file"], environ),
         auth_profiles=_profiles(file_values.get("auth_profiles", {}), environ),
         tenant_default_profiles=dict(file_values.get("tenant_default_profiles", {})),
+        hosted_tools=_hosted_tools(file_values.get("hosted_tools", [])),
     )
     _validate(settings)
     return settings
@@ -254,6 +295,31 @@ def _profiles(raw: Any, environ: Mapping[str, str]) -> dict[str, AuthProfile]:
     return profiles
 
 
+def _hosted_tools(raw: Any) -> tuple[HostedToolDefinition, ...]:
+    """Server-wide hosted tools from the TOML file: [[hosted_tools]] name, description, input_schema,
+    timeout_seconds."""
+    if not isinstance(raw, list):
+        raise ConfigError("hosted_tools: must be an array of tables")
+    tools = []
+    for index, spec in enumerate(raw):
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            raise ConfigError(f"hosted_tools[{index}]: needs a name")
+        timeout = spec.get("timeout_seconds")
+        tools.append(
+            HostedToolDefinition(
+                name=spec["name"],
+                description=str(spec.get("description", "")),
+                input_schema=spec.get("input_schema", {"type": "object", "properties": {}}),
+                timeout_seconds=float(timeout) if timeout is not None else None,
+            )
+        )
+    try:
+        check_hosted_tools(tools, field="hosted_tools")
+    except ServiceError as exc:
+        raise ConfigError(exc.message) from None
+    return tuple(tools)
+
+
 def _validate(settings: ServerSettings) -> None:
     host, sep, port = settings.listen.rpartition(":")
     if not sep or not port.isdigit() or not host:
@@ -290,4 +356,3 @@ def settings_table_markdown() -> str:
 
 
 assert {f.name for f in fields(ServerSettings)} >= {s.name for s in SETTINGS}
-_ = os  # environment is passed in explicitly so tests need not mutate os.environ

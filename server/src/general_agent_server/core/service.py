@@ -101,6 +101,7 @@ class AgentCore:
                 global_hosted_tools=global_hosted_tools,
             )
         )
+        self.global_hosted_names = frozenset(t.name for t in global_hosted_tools)
         self.turns = TurnOps(self)
         self._shutting_down = False
 
@@ -197,7 +198,11 @@ class AgentCore:
             return await self.get_session(ctx, str(replay["session_id"]))
         if identity.session_id:
             check_session_id(identity.session_id, "session.identity.session_id")
-        check_config(config, known_profile=self.credentials.has_profile(config.auth_profile_id))
+        check_config(
+            config,
+            known_profile=self.credentials.has_profile(config.auth_profile_id),
+            global_hosted_names=self.global_hosted_names,
+        )
         session_id = identity.session_id or str(uuid.uuid4())
         if not config.model_ref:
             config = replace(config, model_ref=self.settings.default_model_ref)

@@ -5,9 +5,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
 from general_agent_server.core.content import IMAGE_MIME_TYPES, ContentPart, ImagePart, TextPart
 from general_agent_server.core.errors import ErrorCode, ServiceError, invalid_argument, not_implemented
-from general_agent_server.core.session import SessionConfig, ThinkingMode
+from general_agent_server.core.session import HostedToolDefinition, SessionConfig, ThinkingMode
+from general_agent_server.core.tools import TOOL_NAME_PATTERN
 
 # Ids become file names (transcripts, workspaces): a conservative alphabet, no leading dot.
 _ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@-]{0,127}$")
@@ -37,7 +41,13 @@ def check_session_id(value: str, field_path: str = "session_id") -> None:
     check_id(field_path, value)
 
 
-def check_config(config: SessionConfig, *, known_profile: bool, field_prefix: str = "session") -> None:
+def check_config(
+    config: SessionConfig,
+    *,
+    known_profile: bool,
+    field_prefix: str = "session",
+    global_hosted_names: frozenset[str] = frozenset(),
+) -> None:
     if config.model_ref and not _MODEL_REF.match(config.model_ref):
         if "/" in config.model_ref and not config.model_ref.startswith("anthropic/"):
             raise invalid_argument(
@@ -58,12 +68,53 @@ def check_config(config: SessionConfig, *, known_profile: bool, field_prefix: st
             raise invalid_argument(f"{field_prefix}.labels", f"invalid label key {key!r} (lower-case, digits, _ . - /)")
         if len(value) > 256:
             raise invalid_argument(f"{field_prefix}.labels[{key}]", "value longer than 256 characters")
-    if config.hosted_tools:
-        raise not_implemented("hosted_tools", f"{field_prefix}.hosted_tools")
+    check_hosted_tools(config.hosted_tools, field=f"{field_prefix}.hosted_tools", global_names=global_hosted_names)
     if config.mcp_servers:
         raise not_implemented("mcp", f"{field_prefix}.mcp_servers")
     if config.hook_registrations:
         raise not_implemented("hooks", f"{field_prefix}.hook_registrations")
+
+
+# Spec Appendix D: names hosted tools may not take (built-ins, the seed's reserved names, memory_*, sessions_*).
+RESERVED_TOOL_NAMES = frozenset(
+    {
+        "read", "write", "edit", "apply_patch", "exec", "process", "web_search", "web_fetch", "browser", "canvas",
+        "message", "gateway", "cron", "nodes", "agents_list", "sessions_list", "sessions_history", "sessions_send",
+        "subagents", "session_status", "memory_get", "memory_search", "sessions_spawn", "sessions_yield", "tts",
+        "glob", "grep",
+    }
+)  # fmt: skip
+_TOOL_NAME = re.compile(TOOL_NAME_PATTERN)
+MAX_HOSTED_TOOLS = 128
+
+
+def check_hosted_tools(
+    tools: Sequence[HostedToolDefinition], *, field: str, global_names: frozenset[str] = frozenset()
+) -> None:
+    if len(tools) > MAX_HOSTED_TOOLS:
+        raise invalid_argument(field, f"at most {MAX_HOSTED_TOOLS} hosted tools")
+    seen: set[str] = set()
+    for index, tool in enumerate(tools):
+        where = f"{field}[{index}]"
+        name = tool.name
+        if not _TOOL_NAME.match(name):
+            raise invalid_argument(f"{where}.name", "must match ^[a-zA-Z0-9_-]{1,64}$")
+        if name in RESERVED_TOOL_NAMES or name.startswith(("memory_", "sessions_")):
+            raise invalid_argument(f"{where}.name", f"{name!r} is reserved for a built-in tool")
+        if name in global_names:
+            raise invalid_argument(f"{where}.name", f"{name!r} is already a server-wide hosted tool")
+        if name in seen:
+            raise invalid_argument(f"{where}.name", f"duplicate hosted tool {name!r}")
+        seen.add(name)
+        schema = dict(tool.input_schema)
+        if schema.get("type") != "object":
+            raise invalid_argument(f"{where}.input_schema", 'must be a JSON Schema with "type": "object"')
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            raise invalid_argument(f"{where}.input_schema", f"is not a valid JSON Schema: {exc.message}") from None
+        if tool.timeout_seconds is not None and tool.timeout_seconds <= 0:
+            raise invalid_argument(f"{where}.timeout", "must be positive")
 
 
 def check_turn_input(
