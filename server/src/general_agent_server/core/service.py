@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
 import uuid
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -20,9 +21,10 @@ from general_agent_server.core.model import Credential, ModelClient
 from general_agent_server.core.paging import decode_token, encode_token, filters_digest, invalid_token
 from general_agent_server.core.recovery import recover_interrupted_runs
 from general_agent_server.core.registry import ActorRegistry
-from general_agent_server.core.runs import IdempotencyRecord
+from general_agent_server.core.runs import IdempotencyRecord, RunStatus
 from general_agent_server.core.session import (
     DEFAULT_TENANT,
+    ForkOrigin,
     HostedToolDefinition,
     SessionConfig,
     SessionIdentity,
@@ -293,6 +295,100 @@ class AgentCore:
                 extra={"category": "system", "tenant": ctx.tenant, "session_id": session_id},
             )
         return deleted
+
+    async def fork_session(
+        self,
+        ctx: CallContext,
+        source_session_id: str,
+        *,
+        identity: SessionIdentity,
+        overrides: SessionOverrides,
+        at_sequence: int | None,
+        copy_workspace: bool,
+        idem: Idempotency | None = None,
+    ) -> SessionView:
+        """A new session with the source's history and transcript up to the last completed run at or before
+        `at_sequence` (spec 4): a running or suspended tail is never copied, so no tool_use is cut from its
+        result."""
+        check_session_id(source_session_id, "source_session_id")
+        if identity.session_id:
+            check_session_id(identity.session_id, "identity.session_id")
+        self.check_serving()
+        replay = await self._replayed(ctx, "ForkSession", idem)
+        if replay is not None:
+            return await self.get_session(ctx, str(replay["session_id"]))
+        async with self.registry.use(ctx.tenant, source_session_id) as source, source.lock:
+            src = source.record
+            cutoff = src.last_sequence if at_sequence is None else at_sequence
+            runs = await self.store.list_runs(ctx.tenant, source_session_id)
+            finished = [r for r in runs if r.status is RunStatus.FINISHED and r.last_sequence <= cutoff]
+            kept_runs = {r.run_id for r in finished}
+            cut = finished[-1].last_sequence if finished else 0
+            history = [m for m in source.history if m.run_id in kept_runs]
+            await self.store.flush()
+            entries = await self.store.read_transcript(ctx.tenant, source_session_id, after_entry_id=0, limit=1 << 30)
+            source_workspace = source.workspace
+        config = overrides.apply(src.config)
+        check_config(
+            config,
+            known_profile=self.credentials.has_profile(config.auth_profile_id),
+            field_prefix="overrides",
+            global_hosted_names=self.global_hosted_names,
+        )
+        session_id = identity.session_id or str(uuid.uuid4())
+        now = utcnow()
+        record = SessionRecord(
+            tenant=ctx.tenant,
+            identity=SessionIdentity(
+                mode=identity.mode if identity.session_key or identity.session_id else src.identity.mode,
+                session_id=session_id,
+                session_key=identity.session_key or src.identity.session_key,
+            ),
+            config=config,
+            create_time=now,
+            update_time=now,
+            forked_from=ForkOrigin(session_id=source_session_id, at_sequence=cut),
+            usage_snapshot=src.usage_snapshot,
+            history_message_count=len(history),
+            version=1,
+            sequence_reserved=self.settings.sequence_block,
+        )
+        # The fork's log starts at 1: copied transcript entries keep their content, not the source's numbers.
+        transcript = [
+            replace(e, sequence=0, entry_id=0)
+            for e in entries
+            if e.sequence <= cut and (not e.run_id or e.run_id in kept_runs)
+        ]
+        batch = WriteBatch(
+            tenant=ctx.tenant,
+            session_id=session_id,
+            history=history,
+            transcript=transcript,
+            idempotency=self._idempotency_record(ctx, "ForkSession", idem, {"session_id": session_id}),
+        )
+        try:
+            await self.store.create_session(record, batch=batch)
+        except SessionExistsError:
+            raise ServiceError(
+                ErrorCode.ALREADY_EXISTS,
+                "SESSION_ALREADY_EXISTS",
+                f"session {session_id!r} already exists",
+                metadata={"session_id": session_id},
+            ) from None
+        actor = self.registry.new_actor(record, history)
+        self.registry.adopt(actor)
+        self.exporter.append(ctx.tenant, session_id, transcript)
+        if overrides.api_key:
+            self.registry.memory_keys[(ctx.tenant, session_id)] = overrides.api_key
+        if copy_workspace and source_workspace.exists():
+            await asyncio.to_thread(
+                shutil.copytree, source_workspace, actor.workspace, symlinks=True, dirs_exist_ok=True
+            )
+        logger.info(
+            "session forked",
+            extra={"category": "system", "tenant": ctx.tenant, "session_id": session_id},
+        )
+        return self.view(record)
 
     async def resume_session(
         self, ctx: CallContext, session_id: str, overrides: SessionOverrides, idem: Idempotency | None = None

@@ -22,8 +22,23 @@ from general_agent.v1 import (
 )
 from general_agent_server.core import events as ev
 from general_agent_server.core import transcript as tr
+from general_agent_server.core.bidi import (
+    Attach,
+    CancelCommand,
+    ClearStopCommand,
+    Command,
+    EventOut,
+    HeartbeatOut,
+    HostedResultCommand,
+    InjectCommand,
+    Output,
+    PingCommand,
+    RejectedCommand,
+    StopCommand,
+    TurnCommand,
+)
 from general_agent_server.core.content import ContentPart, ImagePart, TextPart
-from general_agent_server.core.errors import invalid_argument
+from general_agent_server.core.errors import ServiceError, invalid_argument
 from general_agent_server.core.runs import CallResult
 from general_agent_server.core.service import Idempotency, SessionView
 from general_agent_server.core.session import (
@@ -42,7 +57,7 @@ from general_agent_server.core.session import (
     UsageSnapshot,
 )
 from general_agent_server.core.turns import BusyPolicy, OnDisconnect, TurnOptions
-from general_agent_server.rpc.errors import status_from_detail
+from general_agent_server.rpc.errors import status_from_detail, status_from_error
 from general_agent_server.store.port import SessionQuery
 
 # ---------------------------------------------------------------------- scalars
@@ -357,6 +372,74 @@ def hosted_result_from_proto(request: api.SubmitHostedToolResultRequest | api.Ru
         text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
         return CallResult(content=(TextPart(text=text),), details_json=details or value_json)
     raise invalid_argument("result", "set one of output, output_json or error")
+
+
+# ---------------------------------------------------------------------- RunSession
+
+
+def attach_from_proto(request: api.RunSessionRequest) -> Attach:
+    if request.WhichOneof("command") != "attach":
+        raise invalid_argument("attach", "the first RunSession message must be attach")
+    attach = request.attach
+    return Attach(
+        session_id=attach.session_id,
+        after_sequence=attach.after_sequence if attach.HasField("after_sequence") else None,
+        on_disconnect=on_disconnect_from_proto(attach.on_disconnect),
+    )
+
+
+def command_from_proto(request: api.RunSessionRequest, on_disconnect: OnDisconnect) -> Command:
+    """Decodes one command; a command that cannot be decoded becomes a RejectedCommand (answered with
+    its error) because only protocol errors end the stream."""
+    which = request.WhichOneof("command")
+    command_id = ""
+    try:
+        if which == "turn":
+            turn = request.turn
+            command_id = turn.command_id
+            options = turn_options_from_proto(turn.options, "turn.options")
+            return TurnCommand(
+                command_id=command_id,
+                parts=parts_from_proto(turn.input, "turn.input"),
+                options=TurnOptions(busy_policy=options.busy_policy, on_disconnect=on_disconnect),
+                idem=idempotency(turn),
+            )
+        if which == "hosted_result":
+            command_id = request.hosted_result.command_id
+            return HostedResultCommand(
+                command_id=command_id,
+                call_id=request.hosted_result.call_id,
+                result=hosted_result_from_proto(request.hosted_result),
+            )
+        if which == "inject":
+            command_id = request.inject.command_id
+            return InjectCommand(command_id=command_id, parts=parts_from_proto(request.inject.input, "inject.input"))
+        if which == "stop":
+            return StopCommand(command_id=request.stop.command_id)
+        if which == "clear_stop":
+            return ClearStopCommand(command_id=request.clear_stop.command_id)
+        if which == "cancel":
+            return CancelCommand(command_id=request.cancel.command_id, run_id=request.cancel.run_id)
+        if which == "ping":
+            return PingCommand()
+        if which == "attach":
+            raise invalid_argument("attach", "the stream is already attached")
+        raise invalid_argument("command", "empty RunSession message")
+    except ServiceError as error:
+        return RejectedCommand(command_id=command_id, error=error)
+
+
+def run_output_to_proto(output: Output) -> api.RunSessionResponse:
+    if isinstance(output, EventOut):
+        return api.RunSessionResponse(event=event_to_proto(output.event))
+    if isinstance(output, HeartbeatOut):
+        return api.RunSessionResponse(heartbeat=api.Heartbeat(last_sequence=output.last_sequence))
+    result = api.CommandResult(command_id=output.command_id, run_id=output.run_id, accepted=output.accepted)
+    if output.error is not None:
+        result.status.CopyFrom(status_from_error(output.error))
+    else:
+        result.status.code = 0
+    return api.RunSessionResponse(command_result=result)
 
 
 # ---------------------------------------------------------------------- content

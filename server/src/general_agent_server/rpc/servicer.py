@@ -13,6 +13,7 @@ import grpc
 import general_agent_server
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc as api_grpc
+from general_agent_server.core.bidi import RunSessionStream
 from general_agent_server.core.errors import invalid_argument, not_implemented
 from general_agent_server.core.service import AgentCore, CallContext
 from general_agent_server.core.session import DEFAULT_TENANT
@@ -37,12 +38,12 @@ CAPABILITIES = (
     "steering",
     "run_control",
     "busy_policy",
+    "run_session",
+    "fork",
 )
 
 # RPC → the capability (and later release) that provides it.
 UNIMPLEMENTED_RPCS: dict[str, str] = {
-    "ForkSession": "fork",
-    "RunSession": "run_session",
     "RequestCompaction": "compaction",
     "MaybeCompactByTokens": "compaction",
     "ListCheckpoints": "checkpoints",
@@ -148,6 +149,19 @@ class AgentServicer(api_grpc.AgentServiceServicer):
         return api.ContinueSessionResponse(session=convert.session_to_proto(view))
 
     @unary
+    async def ForkSession(self, request: api.ForkSessionRequest, context: Context) -> api.ForkSessionResponse:
+        view = await self._core.fork_session(
+            call_context(context),
+            request.source_session_id,
+            identity=convert.identity_from_proto(request.identity, "identity"),
+            overrides=convert.overrides_from_proto(request.overrides),
+            at_sequence=request.at_sequence if request.HasField("at_sequence") else None,
+            copy_workspace=request.copy_workspace,
+            idem=convert.idempotency(request),
+        )
+        return api.ForkSessionResponse(session=convert.session_to_proto(view))
+
+    @unary
     async def ResetSession(self, request: api.ResetSessionRequest, context: Context) -> api.ResetSessionResponse:
         view = await self._core.reset_session(call_context(context), request.session_id, request.reason)
         return api.ResetSessionResponse(session=convert.session_to_proto(view))
@@ -188,6 +202,21 @@ class AgentServicer(api_grpc.AgentServiceServicer):
         after = request.after_sequence if request.HasField("after_sequence") else None
         async for event in self._core.turns.watch(call_context(context), request.session_id, after):
             yield api.WatchSessionResponse(event=convert.event_to_proto(event))
+
+    async def RunSession(
+        self, request_iterator: AsyncIterator[api.RunSessionRequest], context: Context
+    ) -> AsyncIterator[api.RunSessionResponse]:
+        try:
+            first = await anext(aiter(request_iterator), None)
+            if first is None:
+                raise invalid_argument("attach", "the stream ended before attach")
+            attach = convert.attach_from_proto(first)
+            commands = (convert.command_from_proto(r, attach.on_disconnect) async for r in request_iterator)
+            stream = RunSessionStream(self._core, call_context(context), attach)
+            async for output in stream.run(commands):
+                yield convert.run_output_to_proto(output)
+        except Exception as exc:
+            await abort(context, exc)
 
     @server_stream
     async def SubmitHostedToolResult(
@@ -249,9 +278,6 @@ class AgentServicer(api_grpc.AgentServiceServicer):
         )
 
     # ------------------------------------------------------------------ later capabilities
-    async def ForkSession(self, request: api.ForkSessionRequest, context: Context) -> api.ForkSessionResponse:
-        return await _unimplemented(context, "ForkSession")
-
     async def RequestCompaction(
         self, request: api.RequestCompactionRequest, context: Context
     ) -> api.RequestCompactionResponse:
@@ -301,12 +327,6 @@ class AgentServicer(api_grpc.AgentServiceServicer):
 
     async def EmitHook(self, request: api.EmitHookRequest, context: Context) -> api.EmitHookResponse:
         return await _unimplemented(context, "EmitHook")
-
-    async def RunSession(
-        self, request_iterator: AsyncIterator[api.RunSessionRequest], context: Context
-    ) -> AsyncIterator[api.RunSessionResponse]:
-        await _unimplemented(context, "RunSession")
-        yield api.RunSessionResponse()  # pragma: no cover
 
 
 async def _unimplemented(context: Context, rpc: str) -> NoReturn:

@@ -139,6 +139,10 @@ class SessionStore(Protocol):
         """Pending hosted calls of all tenants (deadlines are re-armed at start-up)."""
         ...
 
+    async def list_runs(self, tenant: str, session_id: str) -> list[RunRecord]:
+        """A session's runs in start order."""
+        ...
+
     async def list_unfinished_runs(self) -> list[RunRecord]:
         """Runs (all tenants) whose status is not FINISHED, for start-up recovery."""
         ...

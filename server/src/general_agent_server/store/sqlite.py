@@ -602,6 +602,14 @@ class SqliteSessionStore:
             rows = await cur.fetchall()
         return [codec.TOOL_CALL.loads(r[0]) for r in rows]
 
+    async def list_runs(self, tenant: str, session_id: str) -> list[RunRecord]:
+        conn = self._conn(self._reader)
+        async with conn.execute(
+            "SELECT record_json FROM runs WHERE tenant=? AND session_id=?", (tenant, session_id)
+        ) as cur:
+            rows = await cur.fetchall()
+        return sorted((codec.RUN_RECORD.loads(r[0]) for r in rows), key=lambda r: r.first_sequence)
+
     async def list_unfinished_runs(self) -> list[RunRecord]:
         conn = self._conn(self._reader)
         async with conn.execute("SELECT record_json FROM runs WHERE status != ?", (RunStatus.FINISHED.value,)) as cur:
