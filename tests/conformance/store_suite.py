@@ -1432,3 +1432,25 @@ class SessionStoreConformance:
         # It changes no state.
         assert await store.get_session(tenant, sid) == make_session(tenant, sid)
         assert await all_events(store, tenant, sid) == []
+
+    async def test_purge_events_keeps_the_newest_by_count(self, store: SessionStore) -> None:
+        tenant, sid, other = new_tenant(), new_id(), new_id()
+        await create(store, make_session(tenant, sid))
+        await create(store, make_session(tenant, other))
+        events = [make_event(sid, i) for i in range(1, 11)]
+        await store.write(WriteBatch(tenant=tenant, session_id=sid, events=events))
+        await store.write(WriteBatch(tenant=tenant, session_id=other, events=[make_event(other, 1)]))
+        await store.purge_events(tenant, sid, keep_last=3, older_than=at(-1000))
+        assert await all_events(store, tenant, sid) == events[7:]
+        assert await store.oldest_event_sequence(tenant, sid) == 8
+        assert len(await all_events(store, tenant, other)) == 1  # other sessions untouched
+
+    async def test_purge_events_by_age_always_keeps_the_newest(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        await create(store, make_session(tenant, sid))
+        events = [make_event(sid, i) for i in range(1, 6)]  # created at T0+1s … T0+5s
+        await store.write(WriteBatch(tenant=tenant, session_id=sid, events=events))
+        await store.purge_events(tenant, sid, keep_last=100, older_than=at(3.5))
+        assert await all_events(store, tenant, sid) == events[3:]
+        await store.purge_events(tenant, sid, keep_last=100, older_than=at(1000))
+        assert await all_events(store, tenant, sid) == events[4:]

@@ -448,3 +448,23 @@ async def test_thinking_block_reply_with_tool_and_text(stub: Stub, fake_model: F
     fake_model.enqueue(Reply(blocks=[ThinkingBlock("hmm"), TextBlock("done")], stop_reason="end_turn"))
     events = await stream_turn(stub, sid, "x")
     assert kinds(events)[1:4] == ["reasoning_delta", "reasoning_end", "assistant_delta"]
+
+
+async def test_event_retention_expires_old_cursors(server_factory: ServerFactory, fake_model: FakeAnthropic) -> None:
+    server = await server_factory({"GENERAL_AGENT_EVENT_RETENTION_COUNT": "3"})
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+        sid = (await create_session(stub)).identity.session_id
+        events = await stream_turn(stub, sid, "hello")
+        oldest = 0
+        for _ in range(500):  # retention runs right after the run; wait for it (bounded)
+            oldest = await server.store.oldest_event_sequence("default", sid) or 0
+            if oldest > 1:
+                break
+            await asyncio.sleep(0.01)
+        assert oldest == events[-1].sequence - 2
+        error = await rpc_error(stub.WatchSession(api.WatchSessionRequest(session_id=sid, after_sequence=0)))
+        assert (error.code, error.reason) == (grpc.StatusCode.OUT_OF_RANGE, "EVENTS_EXPIRED")
+        assert error.metadata == {"oldest_sequence": str(oldest)}
+        tail = await events_after(stub, sid, oldest - 1, events[-1].sequence)
+        assert tail == events[-3:]

@@ -116,6 +116,8 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(name="max_queued_turns", kind=int, default=8, help="ENQUEUE turns waiting per session."),
     Setting(name="enqueue_timeout", kind=float, default=60.0, help="Seconds an ENQUEUE turn waits before ABORTED."),
+    Setting(name="event_retention_count", kind=int, default=10_000, help="Events kept per session (newest)."),
+    Setting(name="event_retention_days", kind=float, default=7.0, help="Days events are kept per session."),
     Setting(name="tool_timeout", kind=float, default=120.0, help="Default seconds a local tool may run."),
     Setting(name="max_tool_output_chars", kind=int, default=100_000, help="Tool output cap (text), with a notice."),
     Setting(
@@ -155,6 +157,8 @@ class ServerSettings:
     max_queued_turns: int = 8
     enqueue_timeout: float = 60.0
     tool_timeout: float = 120.0
+    event_retention_count: int = 10_000
+    event_retention_days: float = 7.0
     max_tool_output_chars: int = 100_000
     anthropic_api_key_file: str = ""
     # From the environment / TOML only (never flags):
@@ -180,6 +184,8 @@ class ServerSettings:
             hosted_call_timeout_max_seconds=self.hosted_call_timeout_max,
             max_queued_turns=self.max_queued_turns,
             enqueue_timeout_seconds=self.enqueue_timeout,
+            event_retention_count=self.event_retention_count,
+            event_retention_seconds=self.event_retention_days * 86_400,
         )
 
     def tool_limits(self) -> ToolLimits:

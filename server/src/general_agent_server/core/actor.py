@@ -11,10 +11,11 @@ import hashlib
 import json
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from general_agent_server.core.clock import utcnow
 from general_agent_server.core.content import ContentPart, TextPart
@@ -442,7 +443,25 @@ class SessionActor:
             self.run = None
         run.finished.set()
         self._wake_queue()
+        self._spawn(self._apply_retention(), f"retention-{self.session_id}")
         self.on_idle(self)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coroutine, name=name)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    async def _apply_retention(self) -> None:
+        """Bounded event retention per session (count and age); cursors older than it get EVENTS_EXPIRED."""
+        try:
+            await self.store.purge_events(
+                self.tenant,
+                self.session_id,
+                keep_last=self.settings.event_retention_count,
+                older_than=utcnow() - timedelta(seconds=self.settings.event_retention_seconds),
+            )
+        except Exception:
+            logger.exception("event retention failed for %s", self.session_id, extra={"category": "system"})
 
     # ------------------------------------------------------------------ hosted calls
     def arm_deadlines(self, records: list[ToolCallRecord]) -> None:
@@ -460,9 +479,7 @@ class SessionActor:
 
     def _on_deadline(self, call_id: str) -> None:
         self._deadlines.pop(call_id, None)
-        task = asyncio.create_task(self._expire(call_id), name=f"hosted-timeout-{call_id}")
-        self.background.add(task)
-        task.add_done_callback(self.background.discard)
+        self._spawn(self._expire(call_id), f"hosted-timeout-{call_id}")
 
     async def _expire(self, call_id: str) -> None:
         async with self.lock:

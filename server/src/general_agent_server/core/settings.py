@@ -29,3 +29,5 @@ class CoreSettings:
     max_queued_turns: int = 8
     enqueue_timeout_seconds: float = 60.0
     heartbeat_seconds: float = 15.0
+    event_retention_count: int = 10_000
+    event_retention_seconds: float = 7 * 24 * 3600

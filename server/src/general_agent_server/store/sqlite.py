@@ -548,6 +548,12 @@ class SqliteSessionStore:
             for r in rows
         ]
 
+    async def purge_events(self, tenant: str, session_id: str, *, keep_last: int, older_than: datetime) -> None:
+        await self._run_operation(
+            WriteBatch(tenant=tenant, session_id=session_id),
+            _PurgeEvents(keep_last=max(1, keep_last), older_than_us=to_us(older_than)),
+        )
+
     async def oldest_event_sequence(self, tenant: str, session_id: str) -> int | None:
         conn = self._conn(self._reader)
         async with conn.execute(
@@ -729,4 +735,24 @@ class _Lease:
         self.acquired = cur.rowcount == 1
 
 
-_Operation = _InsertSession | _DeleteSession | _Lease
+@dataclass
+class _PurgeEvents:
+    keep_last: int
+    older_than_us: int
+
+    def run(self, conn: sqlite3.Connection, batch: WriteBatch) -> None:
+        key = (batch.tenant, batch.session_id)
+        row = conn.execute(
+            "SELECT sequence FROM events WHERE tenant=? AND session_id=? ORDER BY sequence DESC LIMIT 1 OFFSET ?",
+            (*key, self.keep_last - 1),
+        ).fetchone()
+        newest_kept_floor = int(row[0]) if row else 0
+        newest = conn.execute("SELECT MAX(sequence) FROM events WHERE tenant=? AND session_id=?", key).fetchone()
+        conn.execute(
+            "DELETE FROM events WHERE tenant=? AND session_id=? AND sequence < ? AND "
+            "(sequence < ? OR create_time_us < ?)",
+            (*key, int(newest[0] or 0), newest_kept_floor, self.older_than_us),
+        )
+
+
+_Operation = _InsertSession | _DeleteSession | _Lease | _PurgeEvents

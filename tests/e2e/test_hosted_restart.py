@@ -1,0 +1,145 @@
+"""Hosted tools across real process crashes: suspend in one server process, SIGKILL it, submit the results
+to a new process on the same state dir; the run continues with the original user message, the assistant
+tool_use blocks and the results in one model request, nothing duplicated."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from general_agent.testing import FakeAnthropicThread, Reply, TextBlock, TextReply, ToolUseBlock
+from general_agent.v1 import agent_service_pb2 as api
+from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2, tool_pb2
+from tests.support.events import kinds, last_of, sequences, text_of
+from tests.support.rpc import create_session, events_after, stream_turn
+from tests.support.subprocess_server import ServerProcess, server_env
+
+LOOKUP_SCHEMA = '{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}'
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAnthropicThread]:
+    with FakeAnthropicThread() as fake:
+        yield fake
+
+
+@pytest.fixture
+def server(tmp_path: Path, fake: FakeAnthropicThread) -> Iterator[ServerProcess]:
+    state = tmp_path / "state"
+    state.mkdir()
+    process = ServerProcess(
+        state_dir=state,
+        env=server_env(fake.base_url, extra={"GENERAL_AGENT_WORKSPACE_DIR": str(tmp_path / "ws")}),
+        log_path=tmp_path / "server.log",
+    )
+    yield process
+    process.kill()
+
+
+@pytest.mark.parametrize("calls", [1, 3])
+async def test_hosted_results_submitted_after_sigkill_continue_the_run(
+    server: ServerProcess, fake: FakeAnthropicThread, calls: int
+) -> None:
+    ids = [f"toolu_{i}" for i in range(calls)]
+    fake.enqueue(
+        Reply(
+            blocks=[TextBlock("Looking up."), *(ToolUseBlock(id=i, name="lookup", input={"q": i}) for i in ids)],
+            stop_reason="tool_use",
+        ),
+        TextReply("All answers received."),
+    )
+    address = server.start()
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+        session = await create_session(
+            stub, hosted_tools=[tool_pb2.HostedToolDefinition(name="lookup", input_schema_json=LOOKUP_SCHEMA)]
+        )
+        sid = session.identity.session_id
+        first = await stream_turn(stub, sid, "Look these up.")
+        finished = last_of(first, "run_finished")
+        assert finished.outcome == event_pb2.RUN_OUTCOME_SUSPENDED
+        assert list(finished.pending_call_ids) == ids
+        assert [e.hosted_tool_call.call_id for e in first if e.WhichOneof("event") == "hosted_tool_call"] == ids
+    server.kill()
+
+    address = server.start()
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+        state = (await stub.GetSession(api.GetSessionRequest(session_id=sid))).session
+        assert state.state == session_pb2.SESSION_STATE_SUSPENDED
+        assert list(state.pending_call_ids) == ids
+        streams = []
+        for call_id in reversed(ids):  # any order
+            request = api.SubmitHostedToolResultRequest(
+                session_id=sid, call_id=call_id, output_json=f'"answer {call_id}"'
+            )
+            streams.append([r.event async for r in stub.SubmitHostedToolResult(request)])
+        final = streams[-1]
+        assert kinds(final) == [
+            "tool_result",
+            "turn_complete",
+            "assistant_delta",
+            "usage_snapshot",
+            "turn_complete",
+            "run_finished",
+        ]
+        assert text_of(final) == "All answers received."
+        assert last_of(final, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
+        assert final[0].run_id == first[0].run_id  # the run keeps its id across the suspension and restart
+        for partial in streams[:-1]:
+            assert kinds(partial) == ["tool_result", "run_finished"]
+            assert last_of(partial, "run_finished").outcome == event_pb2.RUN_OUTCOME_SUSPENDED
+        log = await events_after(stub, sid, 0, final[-1].sequence)
+        assert sequences(log) == sorted(set(sequences(log)))
+        assert [e.WhichOneof("event") for e in log].count("run_started") == 1
+    assert len(fake.requests) == 2  # nothing re-sent, nothing duplicated
+    messages = fake.requests[1].messages
+    assert messages[0] == {"role": "user", "content": [{"type": "text", "text": "Look these up."}]}
+    assert messages[1]["role"] == "assistant"
+    assert [b["id"] for b in messages[1]["content"] if b["type"] == "tool_use"] == ids
+    results = messages[2]["content"]
+    assert len(messages) == 3
+    assert [b["tool_use_id"] for b in results] == ids  # call order, whatever the submit order
+    assert [b["content"] for b in results] == [f"answer {i}" for i in ids]
+
+
+async def test_watcher_reattaches_after_a_server_restart_without_gap_or_duplicate(
+    server: ServerProcess, fake: FakeAnthropicThread
+) -> None:
+    address = server.start()
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+        sid = (await create_session(stub)).identity.session_id
+        seen = []
+        watch = stub.WatchSession(api.WatchSessionRequest(session_id=sid, after_sequence=0))
+
+        async def follow() -> None:
+            async for response in watch:
+                seen.append(response.event)
+                if response.event.WhichOneof("event") == "run_finished":
+                    return
+
+        follower = asyncio.create_task(follow())
+        fake.enqueue(TextReply("first answer", chunks=["first ", "answer"]))
+        await stream_turn(stub, sid, "one")
+        await asyncio.wait_for(follower, 10)
+        watch.cancel()
+    cursor = seen[-1].sequence
+    server.kill()
+
+    address = server.start()
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+        fake.enqueue(TextReply("second answer"))
+        second = await stream_turn(stub, sid, "two")
+        resumed = await events_after(stub, sid, cursor, second[-1].sequence)
+    combined = sequences(seen) + sequences(resumed)
+    assert combined == sorted(set(combined))
+    assert resumed[0].sequence > cursor
+    assert text_of(seen) == "first answer"
+    assert text_of(resumed) == "second answer"
+    assert resumed[-1] == second[-1]
