@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
+from pathlib import Path
 
 import grpc
 
@@ -468,3 +470,27 @@ async def test_event_retention_expires_old_cursors(server_factory: ServerFactory
         assert error.metadata == {"oldest_sequence": str(oldest)}
         tail = await events_after(stub, sid, oldest - 1, events[-1].sequence)
         assert tail == events[-3:]
+
+
+async def test_raw_event_log_jsonl(server_factory: ServerFactory, fake_model: FakeAnthropic, tmp_path: Path) -> None:
+    server = await server_factory({"GENERAL_AGENT_EVENT_LOG": "true"})
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+        sid = (await create_session(stub)).identity.session_id
+        fake_model.enqueue(TextReply("logged", chunks=["log", "ged"]))
+        events = await stream_turn(stub, sid, "hello")
+        log = await events_after(stub, sid, 0, events[-1].sequence)
+    path = tmp_path / "state" / "events" / "default" / f"{sid}.jsonl"
+    lines: list[dict[str, object]] = []
+    for _ in range(500):  # written after commit by a background writer; wait for it (bounded)
+        if path.exists():
+            lines = [json.loads(line) for line in path.read_text().splitlines()]
+            if len(lines) == len(log) + 1:
+                break
+        await asyncio.sleep(0.01)
+    assert lines[0]["type"] == "query_started"
+    assert lines[0]["runId"] == events[0].run_id
+    assert lines[0]["input"] == [{"text": "hello", "kind": "text"}]
+    assert [line["sequence"] for line in lines[1:]] == [e.sequence for e in log]
+    assert [line["type"] for line in lines[1:]] == [e.WhichOneof("event") for e in log]
+    assert "".join(str(line["text"]) for line in lines if line["type"] == "assistant_delta") == "logged"

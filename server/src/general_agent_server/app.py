@@ -17,6 +17,7 @@ from grpc_reflection.v1alpha import reflection
 from general_agent.v1 import agent_service_pb2, agent_service_pb2_grpc
 from general_agent_server.config import ServerSettings
 from general_agent_server.core.credentials import CredentialResolver
+from general_agent_server.core.event_log import EventLog
 from general_agent_server.core.service import AgentCore
 from general_agent_server.core.transcript_export import TranscriptExporter
 from general_agent_server.providers.anthropic_model import AnthropicModelClient
@@ -71,6 +72,7 @@ async def start_server(settings: ServerSettings) -> RunningServer:
         exporter=TranscriptExporter(state_dir / "transcripts"),
         catalog=builtin_catalog(settings.tool_limits()),
         global_hosted_tools=settings.hosted_tools,
+        event_log=EventLog(state_dir / "events") if settings.event_log else None,
     )
     server = grpc.aio.server(
         interceptors=[RequestContextInterceptor()],

@@ -118,6 +118,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(name="enqueue_timeout", kind=float, default=60.0, help="Seconds an ENQUEUE turn waits before ABORTED."),
     Setting(name="event_retention_count", kind=int, default=10_000, help="Events kept per session (newest)."),
     Setting(name="event_retention_days", kind=float, default=7.0, help="Days events are kept per session."),
+    Setting(
+        name="event_log",
+        kind=bool,
+        default=False,
+        help="Also write the raw event log JSONL (query_started + every event) under <state_dir>/events.",
+    ),
     Setting(name="tool_timeout", kind=float, default=120.0, help="Default seconds a local tool may run."),
     Setting(name="max_tool_output_chars", kind=int, default=100_000, help="Tool output cap (text), with a notice."),
     Setting(
@@ -159,6 +165,7 @@ class ServerSettings:
     tool_timeout: float = 120.0
     event_retention_count: int = 10_000
     event_retention_days: float = 7.0
+    event_log: bool = False
     max_tool_output_chars: int = 100_000
     anthropic_api_key_file: str = ""
     # From the environment / TOML only (never flags):

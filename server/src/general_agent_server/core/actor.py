@@ -20,6 +20,7 @@ from typing import Any
 from general_agent_server.core.clock import utcnow
 from general_agent_server.core.content import ContentPart, TextPart
 from general_agent_server.core.errors import ErrorCode, ServiceError
+from general_agent_server.core.event_log import EventLog
 from general_agent_server.core.events import (
     EventBody,
     RunFinished,
@@ -78,6 +79,7 @@ class ActorDeps:
     catalog: ToolCatalog
     credentials: CredentialSource
     global_hosted_tools: tuple[HostedToolDefinition, ...] = ()
+    event_log: EventLog | None = None
 
 
 @dataclass(kw_only=True)
@@ -230,6 +232,8 @@ class SessionActor:
                 subscriber.fail(error)
 
     def publish(self, events: list[SequencedEvent]) -> None:
+        if self.deps.event_log is not None:
+            self.deps.event_log.events(self.tenant, self.session_id, events)
         for subscriber in self._subscribers:
             for event in events:
                 subscriber.offer(event)
@@ -359,6 +363,8 @@ class SessionActor:
             ),
             self.transcript_entry(run_id, MessageEntry(content=turn.parts), started.sequence),
         ]
+        if self.deps.event_log is not None:
+            self.deps.event_log.query_started(self.tenant, self.session_id, run_id, turn.parts)
         if self.record.stop_requested:
             # Seed semantics: the message is recorded for people, not given to the model.
             complete = self.stamp(run_id, TurnComplete(stop_reason=StopReason.STOP_REQUESTED))

@@ -16,6 +16,7 @@ from general_agent_server.core.actor import ActorDeps, SessionActor
 from general_agent_server.core.clock import utcnow
 from general_agent_server.core.credentials import CredentialResolver
 from general_agent_server.core.errors import ErrorCode, ServiceError, session_not_found
+from general_agent_server.core.event_log import EventLog
 from general_agent_server.core.events import RunReason
 from general_agent_server.core.model import Credential, ModelClient
 from general_agent_server.core.paging import decode_token, encode_token, filters_digest, invalid_token
@@ -84,6 +85,7 @@ class AgentCore:
         exporter: TranscriptExporter,
         catalog: ToolCatalog,
         global_hosted_tools: tuple[HostedToolDefinition, ...] = (),
+        event_log: EventLog | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -101,8 +103,10 @@ class AgentCore:
                 catalog=catalog,
                 credentials=self.resolve_credential,
                 global_hosted_tools=global_hosted_tools,
+                event_log=event_log,
             )
         )
+        self.event_log = event_log
         self.global_hosted_names = frozenset(t.name for t in global_hosted_tools)
         self.turns = TurnOps(self)
         self._shutting_down = False
@@ -111,6 +115,8 @@ class AgentCore:
     async def start(self) -> None:
         """Start-up recovery (spec 8.1): runs interrupted by a crash are marked FAILED/INTERRUPTED."""
         self.exporter.start()
+        if self.event_log is not None:
+            self.event_log.start()
         recovered = await recover_interrupted_runs(self.store, sequence_block=self.settings.sequence_block)
         if recovered:
             logger.info("marked %d interrupted run(s) as FAILED/INTERRUPTED", recovered, extra={"category": "system"})
@@ -142,6 +148,8 @@ class AgentCore:
         for actor in self.registry.active():
             actor.close_subscribers(error)
         await self.exporter.close()
+        if self.event_log is not None:
+            await self.event_log.close()
 
     def check_serving(self) -> None:
         if self._shutting_down:
@@ -289,6 +297,8 @@ class AgentCore:
         deleted = await self.store.delete_session(ctx.tenant, session_id)
         self.registry.forget(ctx.tenant, session_id)
         await self.exporter.delete(ctx.tenant, session_id)
+        if self.event_log is not None:
+            await self.event_log.delete(ctx.tenant, session_id)
         if deleted:
             logger.info(
                 "session deleted",

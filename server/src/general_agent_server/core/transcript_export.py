@@ -8,14 +8,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import logging
-import os
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from general_agent_server.core.content import ContentPart, ImagePart, TextPart
+from general_agent_server.core.jsonl_files import JsonlFiles, line_count, rewrite
 from general_agent_server.core.transcript import (
     AssistantEntry,
     CompactionEntry,
@@ -26,8 +24,6 @@ from general_agent_server.core.transcript import (
     ToolResultEntry,
     TranscriptEntry,
 )
-
-logger = logging.getLogger(__name__)
 
 
 class TranscriptSource(Protocol):
@@ -102,49 +98,16 @@ def entry_json(entry: TranscriptEntry) -> dict[str, Any]:
     return line
 
 
-class TranscriptExporter:
+class TranscriptExporter(JsonlFiles):
     """See module docstring."""
 
     def __init__(self, root: Path) -> None:
-        self._root = root
-        self._pending: dict[Path, list[str]] = defaultdict(list)
-        self._truncate: set[Path] = set()
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._closing = False
-
-    def path_for(self, tenant: str, session_id: str) -> Path:
-        return self._root / tenant / f"{session_id}.jsonl"
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._write_loop(), name="transcript-export")
-
-    async def close(self) -> None:
-        self._closing = True
-        self._wake.set()
-        if self._task is not None:
-            await self._task
-            self._task = None
+        super().__init__(root, name="transcript-export")
 
     def append(self, tenant: str, session_id: str, entries: Sequence[TranscriptEntry]) -> None:
-        lines = self._pending[self.path_for(tenant, session_id)]
-        lines.extend(json.dumps(entry_json(e), ensure_ascii=False, separators=(",", ":")) for e in entries)
-        self._wake.set()
-
-    def truncate(self, tenant: str, session_id: str) -> None:
-        path = self.path_for(tenant, session_id)
-        self._pending.pop(path, None)
-        self._truncate.add(path)
-        self._wake.set()
-
-    async def flush(self) -> None:
-        await self._write_pending()
-
-    async def delete(self, tenant: str, session_id: str) -> None:
-        path = self.path_for(tenant, session_id)
-        self._pending.pop(path, None)
-        self._truncate.discard(path)
-        await asyncio.to_thread(path.unlink, missing_ok=True)
+        self.append_lines(
+            tenant, session_id, (json.dumps(entry_json(e), ensure_ascii=False, separators=(",", ":")) for e in entries)
+        )
 
     async def reconcile(self, tenant: str, session_id: str, source: TranscriptSource) -> None:
         """Rewrites the file from the store when its line count disagrees with the stored entries (a crash
@@ -152,56 +115,9 @@ class TranscriptExporter:
         await self.flush()
         path = self.path_for(tenant, session_id)
         stored = await source.count_transcript(tenant, session_id)
-        lines_on_disk = await asyncio.to_thread(_line_count, path)
+        lines_on_disk = await asyncio.to_thread(line_count, path)
         if lines_on_disk == stored or (lines_on_disk < 0 and stored == 0):
             return
         entries = await source.read_transcript(tenant, session_id, after_entry_id=0, limit=stored + 1)
         lines = [json.dumps(entry_json(e), ensure_ascii=False, separators=(",", ":")) for e in entries]
-        await asyncio.to_thread(_rewrite, path, lines)
-
-    async def _write_loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            try:
-                await self._write_pending()
-            except OSError:
-                logger.exception("transcript export failed", extra={"category": "system"})
-            if self._closing:
-                await self._write_pending()
-                return
-
-    async def _write_pending(self) -> None:
-        if not self._pending and not self._truncate:
-            return
-        pending, self._pending = dict(self._pending), defaultdict(list)
-        truncate, self._truncate = set(self._truncate), set()
-        await asyncio.to_thread(_write_files, pending, truncate)
-
-
-def _write_files(pending: dict[Path, list[str]], truncate: set[Path]) -> None:
-    for path in truncate:
-        if path not in pending:
-            _open_private(path, truncate=True).close()
-    for path, lines in pending.items():
-        with _open_private(path, truncate=path in truncate) as handle:
-            handle.write("".join(line + "\n" for line in lines))
-
-
-def _open_private(path: Path, *, truncate: bool) -> Any:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else os.O_APPEND)
-    return os.fdopen(os.open(path, flags, 0o600), "w", encoding="utf-8")
-
-
-def _line_count(path: Path) -> int:
-    try:
-        with path.open("rb") as handle:
-            return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 16), b""))
-    except FileNotFoundError:
-        return -1
-
-
-def _rewrite(path: Path, lines: list[str]) -> None:
-    with _open_private(path, truncate=True) as handle:
-        handle.write("".join(line + "\n" for line in lines))
+        await asyncio.to_thread(rewrite, path, lines)
