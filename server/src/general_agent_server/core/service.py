@@ -129,16 +129,14 @@ class AgentCore:
         """New turns are refused; running runs get the grace, then stop as FAILED/INTERRUPTED; watch
         streams end UNAVAILABLE so clients reconnect with after_sequence."""
         self._shutting_down = True
-        runs = [a.run for a in self.registry.active() if a.run is not None]
-        if runs:
-            _, pending = await asyncio.wait(
-                [asyncio.ensure_future(r.finished.wait()) for r in runs], timeout=grace_seconds
-            )
+        # Only executing runs get the grace; suspended runs stay suspended (they have no task).
+        tasks = [a.run.task for a in self.registry.active() if a.run is not None and a.run.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace_seconds)
             for actor in self.registry.active():
                 actor.cancel_run(RunReason.INTERRUPTED)
-            await asyncio.gather(*(r.finished.wait() for r in runs))
-            for waiter in pending:
-                waiter.cancel()
+            # A run task ends when its run finishes or suspends; either way nothing is left running.
+            await asyncio.gather(*tasks, return_exceptions=True)
         error = ServiceError(
             ErrorCode.UNAVAILABLE,
             "SHUTTING_DOWN",
