@@ -143,3 +143,32 @@ async def test_watcher_reattaches_after_a_server_restart_without_gap_or_duplicat
     assert text_of(seen) == "first answer"
     assert text_of(resumed) == "second answer"
     assert resumed[-1] == second[-1]
+
+
+async def test_graceful_shutdown_keeps_a_suspended_run_suspended(
+    server: ServerProcess, fake: FakeAnthropicThread
+) -> None:
+    fake.enqueue(
+        Reply(blocks=[ToolUseBlock(id="toolu_x", name="lookup", input={"q": "x"})], stop_reason="tool_use"),
+        TextReply("finished after the restart"),
+    )
+    address = server.start()
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+        session = await create_session(
+            stub, hosted_tools=[tool_pb2.HostedToolDefinition(name="lookup", input_schema_json=LOOKUP_SCHEMA)]
+        )
+        sid = session.identity.session_id
+        first = await stream_turn(stub, sid, "look it up")
+        assert last_of(first, "run_finished").outcome == event_pb2.RUN_OUTCOME_SUSPENDED
+    assert server.terminate(timeout=15) == 0
+    address = server.start()
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+        assert (await stub.GetSession(api.GetSessionRequest(session_id=sid))).session.state == (
+            session_pb2.SESSION_STATE_SUSPENDED
+        )
+        request = api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_x", output_json='"x is 42"')
+        final = [r.event async for r in stub.SubmitHostedToolResult(request)]
+    assert text_of(final) == "finished after the restart"
+    assert last_of(final, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
