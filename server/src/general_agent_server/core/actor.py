@@ -376,13 +376,8 @@ class SessionActor:
                     stop_reason=StopReason.STOP_REQUESTED,
                 ),
             )
-            done_record = replace(
-                run_record,
-                status=RunStatus.FINISHED,
-                outcome=RunOutcome.STOPPED,
-                reason=RunReason.STOP_REQUESTED,
-                last_sequence=finished.sequence,
-                finished_at=utcnow(),
+            done_record = run_record.finished(
+                RunOutcome.STOPPED, RunReason.STOP_REQUESTED, sequence=finished.sequence, at=finished.create_time
             )
             await self.commit(events=[started, complete, finished], transcript=transcript, runs=[done_record])
             run = ActiveRun(run_id=run_id, record=done_record, model_ref=model_ref, credential=credential)

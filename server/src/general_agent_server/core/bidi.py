@@ -151,8 +151,13 @@ class RunSessionStream:
                 while True:
                     if self._reader_done and self._owned_runs_done(actor) and self._out.empty():
                         return
+                    # Not asyncio.wait_for: before Python 3.12 it swallows a cancellation that arrives in the
+                    # same loop iteration as the item. A client cancel does exactly that (its request stream
+                    # ends, which wakes this queue, as the handler task is cancelled), and the stream would
+                    # then wait like a half-close and never apply on_disconnect.
                     try:
-                        item = await asyncio.wait_for(self._out.get(), self._core.settings.heartbeat_seconds)
+                        async with asyncio.timeout(self._core.settings.heartbeat_seconds):
+                            item = await self._out.get()
                     except TimeoutError:
                         yield HeartbeatOut(last_sequence=actor.last_assigned_sequence)
                         continue

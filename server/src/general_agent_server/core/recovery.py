@@ -123,14 +123,7 @@ async def _recover(store: SessionStore, session: SessionRecord, run: RunRecord, 
             usage=run.usage,
         )
     )
-    finished_run = replace(
-        run,
-        status=RunStatus.FINISHED,
-        outcome=RunOutcome.FAILED,
-        reason=RunReason.INTERRUPTED,
-        last_sequence=finished.sequence,
-        finished_at=now,
-    )
+    finished_run = run.finished(RunOutcome.FAILED, RunReason.INTERRUPTED, sequence=finished.sequence, at=now)
     state_changes: dict[str, object] = {}
     if session.active_run_id == run.run_id:
         state_changes = {"state": SessionState.IDLE, "active_run_id": "", "pending_call_ids": ()}

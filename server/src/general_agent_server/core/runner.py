@@ -127,6 +127,19 @@ class _RunFailed(Exception):
         self.stop_reason = stop_reason
 
 
+def _limit_reached(reason: RunReason, setting: str, limit: int, stop_reason: StopReason | None) -> _RunFailed:
+    return _RunFailed(
+        reason,
+        ErrorDetail(
+            code=ErrorCode.RESOURCE_EXHAUSTED,
+            reason=reason.value,
+            message=f"the run reached {setting} ({limit})",
+            metadata={"limit": str(limit)},
+        ),
+        stop_reason,
+    )
+
+
 class RunDriver:
     """Executes one run (or its continuation after a suspension) on behalf of its actor."""
 
@@ -215,15 +228,8 @@ class RunDriver:
         max_calls, _, deadline = self._limits()
         while True:
             if self.usage.model_calls >= max_calls:
-                raise _RunFailed(
-                    RunReason.MAX_MODEL_CALLS,
-                    ErrorDetail(
-                        code=ErrorCode.RESOURCE_EXHAUSTED,
-                        reason="MAX_MODEL_CALLS",
-                        message=f"the run reached max_model_calls_per_run ({max_calls})",
-                        metadata={"limit": str(max_calls)},
-                    ),
-                    self._last_stop_reason,
+                raise _limit_reached(
+                    RunReason.MAX_MODEL_CALLS, "max_model_calls_per_run", max_calls, self._last_stop_reason
                 )
             if utcnow() - run.record.started_at > timedelta(seconds=deadline):
                 raise _RunFailed(
@@ -449,16 +455,7 @@ class RunDriver:
         )
         if over_limit:
             await self._complete_round()
-            raise _RunFailed(
-                RunReason.MAX_TOOL_CALLS,
-                ErrorDetail(
-                    code=ErrorCode.RESOURCE_EXHAUSTED,
-                    reason="MAX_TOOL_CALLS",
-                    message=f"the run reached max_tool_calls_per_run ({max_tools})",
-                    metadata={"limit": str(max_tools)},
-                ),
-                StopReason.TOOL_USE,
-            )
+            raise _limit_reached(RunReason.MAX_TOOL_CALLS, "max_tool_calls_per_run", max_tools, StopReason.TOOL_USE)
         await self._run_local(tools)
         hosted = [r for r in actor.round if r.status is CallStatus.PENDING and r.kind is CallKind.HOSTED]
         if hosted:
@@ -667,13 +664,7 @@ class RunDriver:
         )
         events.append(finished)
         record = replace(
-            run.record,
-            status=RunStatus.FINISHED,
-            outcome=outcome,
-            reason=reason,
-            last_sequence=finished.sequence,
-            finished_at=finished.create_time,
-            usage=self.usage,
+            run.record.finished(outcome, reason, sequence=finished.sequence, at=finished.create_time), usage=self.usage
         )
         run.record = record
         try:

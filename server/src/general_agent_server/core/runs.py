@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from general_agent_server.core.content import ContentPart
@@ -35,6 +35,12 @@ class RunRecord:
     finished_at: datetime | None = None
     usage: Usage = field(default_factory=Usage)
     tool_calls: int = 0
+
+    def finished(self, outcome: RunOutcome, reason: RunReason | None, *, sequence: int, at: datetime) -> RunRecord:
+        """This run as ended by its terminal run_finished at `sequence`."""
+        return replace(
+            self, status=RunStatus.FINISHED, outcome=outcome, reason=reason, last_sequence=sequence, finished_at=at
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

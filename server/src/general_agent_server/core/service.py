@@ -229,20 +229,23 @@ class AgentCore:
             session_id=session_id,
             idempotency=self._idempotency_record(ctx, "CreateSession", idem, {"session_id": session_id}),
         )
+        await self._insert_session(record, batch)
+        self.registry.adopt(self.registry.new_actor(record, []))
+        if api_key:
+            self.registry.memory_keys[(ctx.tenant, session_id)] = api_key
+        logger.info("session created", extra={"category": "system", "tenant": ctx.tenant, "session_id": session_id})
+        return self.view(record)
+
+    async def _insert_session(self, record: SessionRecord, batch: WriteBatch) -> None:
         try:
             await self.store.create_session(record, batch=batch)
         except SessionExistsError:
             raise ServiceError(
                 ErrorCode.ALREADY_EXISTS,
                 "SESSION_ALREADY_EXISTS",
-                f"session {session_id!r} already exists",
-                metadata={"session_id": session_id},
+                f"session {record.session_id!r} already exists",
+                metadata={"session_id": record.session_id},
             ) from None
-        self.registry.adopt(self.registry.new_actor(record, []))
-        if api_key:
-            self.registry.memory_keys[(ctx.tenant, session_id)] = api_key
-        logger.info("session created", extra={"category": "system", "tenant": ctx.tenant, "session_id": session_id})
-        return self.view(record)
 
     async def get_session(self, ctx: CallContext, session_id: str) -> SessionView:
         check_session_id(session_id)
@@ -374,15 +377,7 @@ class AgentCore:
             transcript=transcript,
             idempotency=self._idempotency_record(ctx, "ForkSession", idem, {"session_id": session_id}),
         )
-        try:
-            await self.store.create_session(record, batch=batch)
-        except SessionExistsError:
-            raise ServiceError(
-                ErrorCode.ALREADY_EXISTS,
-                "SESSION_ALREADY_EXISTS",
-                f"session {session_id!r} already exists",
-                metadata={"session_id": session_id},
-            ) from None
+        await self._insert_session(record, batch)
         actor = self.registry.new_actor(record, history)
         self.registry.adopt(actor)
         self.exporter.append(ctx.tenant, session_id, transcript)
