@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from bench import ttfd
+from bench import deltas_1000, tool_round, ttfd
 from bench.common import BenchFn, make_context, pin_self, plan_cpus, print_report, write_result
 
 
@@ -29,6 +29,8 @@ class Benchmark:
 
 BENCHMARKS: Final[dict[str, Benchmark]] = {
     ttfd.NAME: Benchmark(ttfd.run, ttfd.TITLE),
+    tool_round.NAME: Benchmark(tool_round.run, tool_round.TITLE),
+    deltas_1000.NAME: Benchmark(deltas_1000.run, deltas_1000.TITLE),
 }
 
 
@@ -42,11 +44,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
         description="Benchmarks of the service against a bare anthropic SDK baseline (SPEC §13). "
-        "Iterations: 300 by default, BENCH_ITERATIONS to override, 30 with --quick; "
-        "warm-ups: 30, BENCH_WARMUP to override.",
+        "Iterations: 300 by default (tool_round 100, deltas_1000 50), BENCH_ITERATIONS to override, "
+        "30 with --quick (tool_round 20, deltas_1000 10); warm-ups: 30 (tool_round 20, deltas_1000 10; "
+        "fewer with --quick), BENCH_WARMUP to override.",
     )
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"benchmarks to run: {', '.join(BENCHMARKS)}")
-    parser.add_argument("--quick", action="store_true", help="30-iteration smoke run")
+    parser.add_argument("--quick", action="store_true", help="short smoke run (fewer iterations and warm-ups)")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     args = parser.parse_args(argv)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import importlib.metadata
 import json
 import math
@@ -24,10 +25,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypeAlias
+from types import TracebackType
+from typing import Any, Final, TypeAlias, TypeVar
 
 REPO: Final = Path(__file__).resolve().parents[1]
 RESULTS_DIR: Final = REPO / "bench" / "results"
@@ -246,8 +249,11 @@ async def start_fake(
     *,
     deltas: int | None = None,
     text: str | None = None,
+    script: str | None = None,
 ) -> tuple[ManagedProcess, str]:
-    """The fake Anthropic server as its own process on `cpu`; returns it and its base URL."""
+    """The fake Anthropic server as its own process on `cpu`; returns it and its base URL.
+
+    `script` names a request-inspecting responder of the fake's CLI (`--script`, e.g. "tool_round")."""
     argv = [sys.executable, "-m", "general_agent.testing.fake_anthropic", "--port", "0"]
     ready = workdir / "fake-ready.json"
     argv += ["--ready-file", str(ready)]
@@ -255,6 +261,8 @@ async def start_fake(
         argv += ["--deltas", str(deltas)]
     if text is not None:
         argv += ["--text", text]
+    if script is not None:
+        argv += ["--script", script]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GENERAL_AGENT_", "ANTHROPIC_"))}
     proc = ManagedProcess(
         name="fake Anthropic server",
@@ -271,6 +279,12 @@ async def start_fake(
     return proc, str(data["base_url"])
 
 
+def service_workspace(workdir: Path) -> Path:
+    """The `--workspace-dir` `start_service` gives the service; a session's workspace is
+    `<this>/<tenant>/<session_id>/` (tenant "default" without auth)."""
+    return workdir / "workspace"
+
+
 async def start_service(
     stack: contextlib.AsyncExitStack,
     workdir: Path,
@@ -280,7 +294,7 @@ async def start_service(
 ) -> tuple[ManagedProcess, str]:
     """`general-agent serve` as its own process on `cpu`; returns it and its gRPC address."""
     state = workdir / "state"
-    workspace = workdir / "workspace"
+    workspace = service_workspace(workdir)
     state.mkdir()
     workspace.mkdir()
     ready = workdir / "service-ready.json"
@@ -331,6 +345,17 @@ class BenchContext:
     warmup: int
     quick: bool
     cpus: CpuPlan
+    iterations_override: int | None = None
+    """BENCH_ITERATIONS when set (not with --quick); `iterations` already includes it."""
+    warmup_override: int | None = None
+    """BENCH_WARMUP when set; `warmup` already includes it."""
+
+    def counts(self, *, iterations: int, quick_iterations: int, warmup: int, quick_warmup: int) -> tuple[int, int]:
+        """(iterations, warm-ups) for a benchmark with its own defaults, honouring --quick and the
+        BENCH_ITERATIONS / BENCH_WARMUP overrides as `iterations` / `warmup` do."""
+        n = quick_iterations if self.quick else (self.iterations_override or iterations)
+        w = self.warmup_override or (quick_warmup if self.quick else warmup)
+        return n, w
 
 
 def _env_int(name: str) -> int | None:
@@ -347,10 +372,121 @@ def _env_int(name: str) -> int | None:
 
 
 def make_context(*, quick: bool, cpus: CpuPlan) -> BenchContext:
-    """Iterations: 30 with --quick, else BENCH_ITERATIONS, else 300. Warm-ups: BENCH_WARMUP, else 30."""
-    iterations = QUICK_ITERATIONS if quick else (_env_int("BENCH_ITERATIONS") or DEFAULT_ITERATIONS)
-    warmup = _env_int("BENCH_WARMUP") or DEFAULT_WARMUP
-    return BenchContext(iterations=iterations, warmup=warmup, quick=quick, cpus=cpus)
+    """Iterations: 30 with --quick, else BENCH_ITERATIONS, else 300. Warm-ups: BENCH_WARMUP, else 30.
+    Benchmarks with other defaults get theirs from `BenchContext.counts`."""
+    iterations_override = None if quick else _env_int("BENCH_ITERATIONS")
+    warmup_override = _env_int("BENCH_WARMUP")
+    return BenchContext(
+        iterations=QUICK_ITERATIONS if quick else (iterations_override or DEFAULT_ITERATIONS),
+        warmup=warmup_override or DEFAULT_WARMUP,
+        quick=quick,
+        cpus=cpus,
+        iterations_override=iterations_override,
+        warmup_override=warmup_override,
+    )
+
+
+# --------------------------------------------------------------------------- measured window
+
+_T = TypeVar("_T")
+
+
+async def run_timed(
+    coro_fn: Callable[[], Awaitable[_T]], what: str, *procs: ManagedProcess, limit_s: float = 10.0
+) -> _T:
+    """One iteration under a timeout; on timeout, a dead subprocess is reported rather than the timeout."""
+    try:
+        async with asyncio.timeout(limit_s):
+            return await coro_fn()
+    except TimeoutError as exc:
+        for proc in procs:
+            proc.check_alive()
+        raise BenchError(f"{what} iteration timed out after {limit_s}s") from exc
+
+
+class MeasuredWindow:
+    """CPU seconds and context switches of the service, the fake and this process, and what the rest of
+    the machine used, over the measured iterations (`with MeasuredWindow(service, fake) as window:`).
+
+    On entry it collects and freezes this process's garbage so collector pauses of warm-up garbage stay
+    out of the window; it unfreezes on exit."""
+
+    def __init__(self, service: ManagedProcess, fake: ManagedProcess) -> None:
+        self.service = service
+        self.fake = fake
+        self.wall = self.self_cpu = self.service_cpu = self.fake_cpu = 0.0
+        self.others_cpu = self.steal_cpu = 0.0
+        self.service_switches = self.fake_switches = self.self_switches = 0
+        self._start: tuple[float, ...] = ()
+        self._switches: tuple[int, ...] = ()
+
+    def __enter__(self) -> MeasuredWindow:
+        gc.collect()
+        gc.freeze()
+        self._switches = (
+            context_switches(self.service.pid),
+            context_switches(self.fake.pid),
+            context_switches(os.getpid()),
+        )
+        system, steal = system_cpu_seconds()
+        self._start = (
+            process_cpu_seconds(self.service.pid),
+            process_cpu_seconds(self.fake.pid),
+            time.process_time(),
+            system,
+            steal,
+            time.perf_counter(),
+        )
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        wall = time.perf_counter()
+        system, steal = system_cpu_seconds()
+        self_cpu = time.process_time()
+        service_cpu = process_cpu_seconds(self.service.pid)
+        fake_cpu = process_cpu_seconds(self.fake.pid)
+        service0, fake0, self0, system0, steal0, wall0 = self._start
+        self.wall = wall - wall0
+        self.self_cpu = self_cpu - self0
+        self.service_cpu = service_cpu - service0
+        self.fake_cpu = fake_cpu - fake0
+        self.steal_cpu = steal - steal0
+        self.others_cpu = max(0.0, (system - system0) - self.self_cpu - self.service_cpu - self.fake_cpu)
+        self.service_switches = context_switches(self.service.pid) - self._switches[0]
+        self.fake_switches = context_switches(self.fake.pid) - self._switches[1]
+        self.self_switches = context_switches(os.getpid()) - self._switches[2]
+        gc.unfreeze()
+
+    @property
+    def others_pct(self) -> float:
+        return 100 * self.others_cpu / self.wall if self.wall else 0.0
+
+    def figures(self, n: int) -> dict[str, float]:
+        """The `cpu` block of a result over `n` measured pairs (one baseline + one service iteration)."""
+        return {
+            "service CPU per service iteration, ms (CreateSession + turn)": round(self.service_cpu * 1000 / n, 3),
+            "fake CPU per pair, ms": round(self.fake_cpu * 1000 / n, 3),
+            "bench process CPU per pair, ms (client + baseline)": round(self.self_cpu * 1000 / n, 3),
+            "bench process CPU %": round(100 * self.self_cpu / self.wall, 1),
+            "service CPU %": round(100 * self.service_cpu / self.wall, 1),
+            "fake CPU %": round(100 * self.fake_cpu / self.wall, 1),
+            "service context switches per service iteration": round(self.service_switches / n, 1),
+            "fake context switches per pair": round(self.fake_switches / n, 1),
+            "bench process context switches per pair": round(self.self_switches / n, 1),
+            "other processes CPU % (machine noise)": round(self.others_pct, 1),
+            "steal CPU %": round(100 * self.steal_cpu / self.wall, 1),
+        }
+
+    def notes(self, cpus: CpuPlan) -> list[str]:
+        if self.others_pct <= 10:
+            return []
+        return [
+            f"other processes used {self.others_pct:.0f}% of a core during the measurement (of "
+            f"{100 * len(cpus.allowed)}%): absolute figures include CPU queueing and the ratio "
+            "penalises the path with more wake-ups; rerun on a quiet machine"
+        ]
 
 
 # --------------------------------------------------------------------------- statistics

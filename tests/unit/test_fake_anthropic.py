@@ -553,3 +553,33 @@ def test_cli_process_mode(cli_server: str) -> None:
         stream = client.messages.create(model=MODEL, max_tokens=5, messages=user("x"), stream=True)
         deltas = [e.delta.text for e in stream if e.type == "content_block_delta" and e.delta.type == "text_delta"]
     assert len(deltas) == 25
+
+
+async def test_tool_round_script_answers_by_request_content(fake: FakeAnthropic) -> None:
+    from general_agent.testing.fake_anthropic import tool_round_responder
+
+    fake.responder = tool_round_responder
+    async with make_client(fake) as client:
+        first = await client.messages.create(model=MODEL, max_tokens=5, messages=user("go"))
+        assert first.stop_reason == "tool_use"
+        (call,) = first.content
+        assert call.type == "tool_use"
+        assert (call.name, call.input) == ("read", {"path": "bench.txt"})
+        second = await client.messages.create(
+            model=MODEL,
+            max_tokens=5,
+            messages=[
+                *user("go"),
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": call.id, "name": "read", "input": call.input}],
+                },
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "1\tx"}]},
+            ],
+        )
+        again = await client.messages.create(model=MODEL, max_tokens=5, messages=user("go"))
+    assert second.stop_reason == "end_turn"
+    assert [b.text for b in second.content if b.type == "text"] == ["done"]
+    (repeat,) = again.content
+    assert repeat.type == "tool_use"
+    assert repeat.id != call.id  # a fresh id per request

@@ -14,8 +14,9 @@ Three ways to run it:
 * :class:`FakeAnthropicThread` -- its own event loop in a daemon thread, for
   sync tests and for tests whose server under test is a subprocess.
 * ``python -m general_agent.testing.fake_anthropic --port 0 --ready-file PATH``
-  -- a separate process with a fixed reply, for benchmarks that pin the fake to
-  its own core so it does not steal CPU from the code being measured.
+  -- a separate process with a fixed reply (or, with ``--script tool_round``,
+  :func:`tool_round_responder`), for benchmarks that pin the fake to its own
+  core so it does not steal CPU from the code being measured.
 
 Scripting: replies are consumed FIFO, one per ``POST /v1/messages``
 (:meth:`FakeAnthropic.enqueue`); when the queue is empty ``default_reply`` is
@@ -69,6 +70,7 @@ __all__ = [
     "estimate_tokens",
     "main",
     "text_deltas",
+    "tool_round_responder",
 ]
 
 JSONDict: TypeAlias = dict[str, Any]
@@ -448,6 +450,26 @@ def text_deltas(n: int, delta: str | None = None, *, usage: Usage = Usage()) -> 
         raise ValueError("n must be >= 0")
     chunks = [delta if delta is not None else f"t{i} " for i in range(n)]
     return TextReply("".join(chunks), chunks=chunks, usage=usage)
+
+
+TOOL_ROUND_PATH: Final = "bench.txt"
+TOOL_ROUND_TEXT: Final = "done"
+
+
+def tool_round_responder(rec: RecordedRequest) -> ReplyLike:
+    """One tool round, decided from the request alone (stateless, so concurrent sessions work).
+
+    A request whose last message carries a ``tool_result`` block gets the text
+    ``"done"``; any other request gets a ``tool_use`` of the built-in ``read``
+    tool on ``bench.txt`` (a fresh ``toolu_`` id each time). Used by the
+    tool-round-trip benchmark (``--script tool_round``).
+    """
+    messages = rec.messages
+    content = messages[-1].get("content") if messages else None
+    if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
+        return TextReply(TOOL_ROUND_TEXT)
+    call = ToolUseBlock(id=f"toolu_fake_{uuid.uuid4().hex[:24]}", name="read", input={"path": TOOL_ROUND_PATH})
+    return Reply(blocks=(call,))
 
 
 # --------------------------------------------------------------------------- #
@@ -1286,6 +1308,10 @@ class FakeAnthropicThread:
 # --------------------------------------------------------------------------- #
 
 
+# ``--script NAME``: a responder that picks each reply from the request.
+_SCRIPTS: Final[Mapping[str, Responder]] = {"tool_round": tool_round_responder}
+
+
 def _write_ready_file(path: Path, data: JSONDict) -> None:
     # Write-then-rename so a poller never reads a half-written file.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -1298,7 +1324,10 @@ async def _serve_forever(args: argparse.Namespace) -> None:
         reply: ReplyLike = text_deltas(args.deltas, args.text)
     else:
         reply = TextReply(args.text if args.text is not None else "ok")
-    fake = FakeAnthropic(host=args.host, port=args.port, default_reply=reply, validate=not args.no_validate)
+    responder = _SCRIPTS[args.script] if args.script is not None else None
+    fake = FakeAnthropic(
+        host=args.host, port=args.port, default_reply=reply, responder=responder, validate=not args.no_validate
+    )
     await fake.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -1318,8 +1347,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     Why a process: benchmarks run the fake pinned to its own core so its CPU
     use does not distort what is being measured. ``--deltas N`` streams exactly
     N text deltas (each ``--text`` if given); otherwise ``--text`` (default
-    ``ok``) is the reply. The ready file gets ``{"base_url": ..., "pid": ...}``
-    once the port is bound.
+    ``ok``) is the reply. ``--script tool_round`` answers each request with
+    :func:`tool_round_responder` instead (not combinable with ``--deltas`` or
+    ``--text``). The ready file gets ``{"base_url": ..., "pid": ...}`` once the
+    port is bound.
     """
     parser = argparse.ArgumentParser(
         prog="python -m general_agent.testing.fake_anthropic",
@@ -1330,8 +1361,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ready-file", help="write {'base_url': ...} here once listening")
     parser.add_argument("--deltas", type=int, help="reply with exactly N text deltas")
     parser.add_argument("--text", help="reply text, or each delta's text with --deltas")
+    parser.add_argument(
+        "--script",
+        choices=sorted(_SCRIPTS),
+        help="answer by inspecting each request: tool_round = tool_use of read(bench.txt), then 'done' "
+        "after the tool_result",
+    )
     parser.add_argument("--no-validate", action="store_true", help="skip auth/field checks")
     args = parser.parse_args(argv)
+    if args.script is not None and (args.deltas is not None or args.text is not None):
+        parser.error("--script cannot be combined with --deltas or --text")
     asyncio.run(_serve_forever(args))
     return 0
 
