@@ -38,7 +38,7 @@ from general_agent_server.core.events import (
 from general_agent_server.core.history import HistoryMessage
 from general_agent_server.core.model import Credential, ModelClient
 from general_agent_server.core.request_builder import user_content_blocks
-from general_agent_server.core.runner import RunDriver
+from general_agent_server.core.runner import CommitRefused, RunDriver
 from general_agent_server.core.runs import (
     CallKind,
     CallResult,
@@ -156,6 +156,7 @@ class SessionActor:
         self.settings = deps.settings
         self.exporter = deps.exporter
         self.lock = asyncio.Lock()
+        self._commit_lock = asyncio.Lock()
         self.run: ActiveRun | None = None
         # The calls of the current tool round (pending hosted calls while SUSPENDED).
         self.round: list[ToolCallRecord] = []
@@ -270,13 +271,55 @@ class SessionActor:
         runs: list[RunRecord] | None = None,
         tool_calls: list[ToolCallRecord] | None = None,
         clear_transcript: bool = False,
+        derive: Callable[[SessionRecord], dict[str, object]] | None = None,
         **changes: object,
     ) -> None:
         """Commits one step atomically (compare-and-set on the session version), then publishes its
         events. The in-memory state changes only after the commit succeeds. A cancellation that arrives
-        meanwhile is delivered after the commit has landed, so memory and store never disagree."""
-        events = events or []
-        history = history or []
+        meanwhile is delivered after the commit has landed, so memory and store never disagree.
+
+        Commits come from the run task and from commands (inject, stop flag, overrides, submits) that do
+        not wait for the run: they are serialised here, each built from the state the previous one left,
+        so two of them never race on the session version or lose each other's changes. Changes that
+        depend on the current state come from `derive`, called with the record in turn; it may raise
+        CommitRefused, and then nothing is written."""
+
+        async def serialised() -> None:
+            async with self._commit_lock:
+                await self._commit_now(
+                    events=events or [],
+                    transcript=transcript or [],
+                    history=history or [],
+                    replace_history=replace_history,
+                    runs=runs or [],
+                    tool_calls=tool_calls or [],
+                    clear_transcript=clear_transcript,
+                    changes={**changes, **derive(self.record)} if derive is not None else changes,
+                )
+
+        write = asyncio.ensure_future(serialised())
+        cancelled = False
+        while not write.done():
+            try:
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                cancelled = True
+        write.result()
+        if cancelled:
+            raise asyncio.CancelledError
+
+    async def _commit_now(
+        self,
+        *,
+        events: list[SequencedEvent],
+        transcript: list[TranscriptEntry],
+        history: list[HistoryMessage],
+        replace_history: bool,
+        runs: list[RunRecord],
+        tool_calls: list[ToolCallRecord],
+        clear_transcript: bool,
+        changes: dict[str, object],
+    ) -> None:
         base = 0 if replace_history else len(self.history)
         last_sequence = max(self.last_assigned_sequence, self.record.last_sequence)
         reserved = self.record.sequence_reserved
@@ -297,22 +340,15 @@ class SessionActor:
             session_id=self.session_id,
             session=record,
             events=events,
-            transcript=transcript or [],
+            transcript=transcript,
             history=history,
             history_base=base,
             replace_history=replace_history,
             clear_transcript=clear_transcript,
-            runs=runs or [],
-            tool_calls=tool_calls or [],
+            runs=runs,
+            tool_calls=tool_calls,
         )
-        write = asyncio.ensure_future(self.store.write(batch))
-        cancelled = False
-        while not write.done():
-            try:
-                await asyncio.shield(write)
-            except asyncio.CancelledError:
-                cancelled = True
-        write.result()
+        await self.store.write(batch)
         self.record = record
         self.history = new_history
         if clear_transcript:
@@ -321,8 +357,6 @@ class SessionActor:
             self.exporter.append(self.tenant, self.session_id, transcript)
         if events:
             self.publish(events)
-        if cancelled:
-            raise asyncio.CancelledError
 
     def transcript_entry(self, run_id: str, body: TranscriptBody, sequence: int = 0) -> TranscriptEntry:
         return TranscriptEntry(timestamp=utcnow(), body=body, sequence=sequence, run_id=run_id)
@@ -493,6 +527,15 @@ class SessionActor:
             except ServiceError:
                 logger.exception("could not time out hosted call %s", call_id, extra={"category": "tool_result"})
 
+    async def wait_until_exposed(self, call_id: str) -> None:
+        """Spec 6: a submit that arrives before the suspension commit (the host may know the call id from
+        tool_call while the round's local tools still run) waits until the run has suspended or ended, and
+        applies after it. Resolving it earlier would suspend a running run or start a second driver."""
+        while (run := self.run) is not None and run.task is not None and not run.task.done():
+            if not any(r.call_id == call_id and r.status is CallStatus.PENDING for r in self.round):
+                return
+            await asyncio.wait([run.task])
+
     async def resolve_hosted(
         self,
         call_id: str,
@@ -608,10 +651,20 @@ class SessionActor:
         run = self.run
         if run is None or self.record.state is SessionState.IDLE:
             return ""
-        await self.commit(
-            transcript=[self.transcript_entry(run.run_id, MessageEntry(content=parts, injected=True))],
-            pending_injections=(*self.record.pending_injections, parts),
-        )
+
+        def enqueue(record: SessionRecord) -> dict[str, object]:
+            # Decided in commit order: a run that has committed its end takes no more messages.
+            if record.state is SessionState.IDLE or record.active_run_id != run.run_id:
+                raise CommitRefused
+            return {"pending_injections": (*record.pending_injections, parts)}
+
+        try:
+            await self.commit(
+                transcript=[self.transcript_entry(run.run_id, MessageEntry(content=parts, injected=True))],
+                derive=enqueue,
+            )
+        except CommitRefused:
+            return ""
         return run.run_id
 
     async def set_stop_flag(self, value: bool) -> bool:

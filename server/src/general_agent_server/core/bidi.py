@@ -124,6 +124,13 @@ class _Wake:
 _WAKE = _Wake()
 
 
+class _Closed:
+    """The session closed its subscribers (it was deleted): the stream ends after what was buffered."""
+
+
+_CLOSED = _Closed()
+
+
 class RunSessionStream:
     """One RunSession call."""
 
@@ -132,7 +139,7 @@ class RunSessionStream:
         self._ctx = ctx
         self._attach = attach
         self._owned: dict[str, ActiveRun] = {}
-        self._out: asyncio.Queue[Output | _Wake | BaseException] = asyncio.Queue(
+        self._out: asyncio.Queue[Output | _Wake | _Closed | BaseException] = asyncio.Queue(
             maxsize=core.settings.subscriber_buffer
         )
         self._reader_done = False
@@ -165,6 +172,8 @@ class RunSessionStream:
                         raise item
                     if isinstance(item, _Wake):
                         continue
+                    if isinstance(item, _Closed):
+                        return
                     if isinstance(item, EventOut):
                         self._last_yielded = item.event.sequence
                     yield item
@@ -196,6 +205,10 @@ class RunSessionStream:
                 await self._out.put(EventOut(event=event))
                 if isinstance(event.body, RunFinished) and event.run_id in self._owned:
                     await self._out.put(_WAKE)
+            # The live subscription ended without an error: the session was deleted. Like WatchSession, the
+            # stream ends OK; without this it stayed attached to a forgotten actor and answered commands
+            # (a turn got INTERNAL from the store) until the client gave up.
+            await self._out.put(_CLOSED)
         except ServiceError as error:
             await self._out.put(error)
 

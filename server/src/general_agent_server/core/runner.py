@@ -47,7 +47,7 @@ from general_agent_server.core.model import (
 from general_agent_server.core.model_catalog import capabilities
 from general_agent_server.core.request_builder import build_request, user_content_blocks
 from general_agent_server.core.runs import CallKind, CallResult, CallStatus, ResolvedBy, RunStatus, ToolCallRecord
-from general_agent_server.core.session import SessionState, Usage, UsageSnapshot
+from general_agent_server.core.session import SessionRecord, SessionState, Usage, UsageSnapshot
 from general_agent_server.core.tools import ToolContext, ToolKind, ToolSet
 from general_agent_server.core.transcript import AssistantEntry, ToolCallEntry, ToolResultEntry, TranscriptEntry
 
@@ -117,6 +117,10 @@ def result_event(record: ToolCallRecord, result: CallResult) -> EventBody:
     )
 
 
+class CommitRefused(Exception):
+    """Raised by a commit's `derive` when the state it finds rules the step out; nothing is written."""
+
+
 class _RunFailed(Exception):
     """Ends the run FAILED with a reason (limits, refusals, truncation)."""
 
@@ -176,6 +180,8 @@ class RunDriver:
             if task is not None:
                 task.uncancel()
             await self.run.admitted.wait()
+            if self.run.record.status is RunStatus.FINISHED:
+                return  # the stop came while the terminal commit landed: the run has its one run_finished
             await self._finish_stopped()
         except _RunFailed as failure:
             await self._close_round(failure.detail.message, ResolvedBy.STOP)
@@ -312,7 +318,8 @@ class RunDriver:
         await actor.commit(
             events=events,
             history=[HistoryMessage(role="user", content=blocks, run_id=run.run_id)],
-            pending_injections=(),
+            # Only what was delivered leaves the queue: a message injected meanwhile waits for the next call.
+            derive=lambda record: {"pending_injections": record.pending_injections[len(pending) :]},
         )
 
     async def _after_model_call(self, complete: MessageComplete, model_ref: str, tools: ToolSet) -> bool:
@@ -370,20 +377,23 @@ class RunDriver:
                 **changes,
             )
             return False
-        if actor.record.pending_injections:
-            # The model would end the run with a steering message undelivered: one more call (spec 5.1).
-            events.append(actor.stamp(run.run_id, TurnComplete(stop_reason=stop_reason)))
-            await actor.commit(events=events, transcript=transcript, history=[assistant], **changes)
-            return True
-        await self._finish(
-            RunOutcome.COMPLETED,
-            stop_reason=stop_reason,
-            lead_events=events,
-            transcript=transcript,
-            history=[assistant],
-            **changes,
-        )
-        return False
+        if not actor.record.pending_injections:
+            try:
+                await self._finish(
+                    RunOutcome.COMPLETED,
+                    stop_reason=stop_reason,
+                    lead_events=events,
+                    transcript=transcript,
+                    history=[assistant],
+                    **changes,
+                )
+                return False
+            except CommitRefused:
+                pass  # a steering message was committed just before the end: it is delivered below
+        # The model would end the run with a steering message undelivered: one more call (spec 5.1).
+        events.append(actor.stamp(run.run_id, TurnComplete(stop_reason=stop_reason)))
+        await actor.commit(events=events, transcript=transcript, history=[assistant], **changes)
+        return True
 
     # ------------------------------------------------------------------ tool rounds
     async def _tool_round(
@@ -666,7 +676,15 @@ class RunDriver:
         record = replace(
             run.record.finished(outcome, reason, sequence=finished.sequence, at=finished.create_time), usage=self.usage
         )
-        run.record = record
+
+        def end_queue(session: SessionRecord) -> dict[str, object]:
+            # A run completes only with its steering queue empty (decided in commit order, so a message
+            # injected just before is not lost); a run that stops or fails drops what it did not deliver.
+            if outcome is RunOutcome.COMPLETED and session.pending_injections:
+                raise CommitRefused
+            return {"pending_injections": ()}
+
+        previous, run.record = run.record, record
         try:
             await actor.commit(
                 events=events,
@@ -676,8 +694,12 @@ class RunDriver:
                 state=SessionState.IDLE,
                 active_run_id="",
                 pending_call_ids=(),
+                derive=end_queue,
                 **changes,
             )
+        except CommitRefused:
+            run.record = previous
+            raise
         except Exception:
             # The store failed at the very end: never leave the session wedged in memory. Start-up recovery
             # marks the run INTERRUPTED if the process dies before a later commit.

@@ -316,6 +316,7 @@ class AgentCore:
         overrides: SessionOverrides,
         at_sequence: int | None,
         copy_workspace: bool,
+        inherit_mode: bool = True,
         idem: Idempotency | None = None,
     ) -> SessionView:
         """A new session with the source's history and transcript up to the last completed run at or before
@@ -351,7 +352,7 @@ class AgentCore:
         record = SessionRecord(
             tenant=ctx.tenant,
             identity=SessionIdentity(
-                mode=identity.mode if identity.session_key or identity.session_id else src.identity.mode,
+                mode=src.identity.mode if inherit_mode else identity.mode,
                 session_id=session_id,
                 session_key=identity.session_key or src.identity.session_key,
             ),

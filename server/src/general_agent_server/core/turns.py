@@ -223,6 +223,8 @@ class TurnOps:
             continued: ActiveRun | None = None
             delivered_end = False
             try:
+                # Waiting for the suspension happens outside the lock, so a stop is not held up meanwhile.
+                await actor.wait_until_exposed(call_id)
                 async with actor.lock:
                     resolution, continued = await self.resolve(actor, call_id, result)
                 if resolution.replay:
@@ -246,7 +248,8 @@ class TurnOps:
         self, actor: SessionActor, call_id: str, result: CallResult
     ) -> tuple[Resolution, ActiveRun | None]:
         """Lock held. The credential is resolved before the last result is committed, so a missing one
-        leaves the call pending."""
+        leaves the call pending. A submit that arrives before the suspension commit waits for it (spec 6)."""
+        await actor.wait_until_exposed(call_id)
         last = [r.call_id for r in actor.round if r.status.value == "PENDING"] == [call_id]
         credential = self.credential(actor) if last else None
         resolution = await actor.resolve_hosted(

@@ -13,6 +13,7 @@ import grpc
 import general_agent_server
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc as api_grpc
+from general_agent.v1 import session_pb2
 from general_agent_server.core.bidi import RunSessionStream
 from general_agent_server.core.errors import invalid_argument, not_implemented
 from general_agent_server.core.service import AgentCore, CallContext
@@ -157,6 +158,7 @@ class AgentServicer(api_grpc.AgentServiceServicer):
             overrides=convert.overrides_from_proto(request.overrides),
             at_sequence=request.at_sequence if request.HasField("at_sequence") else None,
             copy_workspace=request.copy_workspace,
+            inherit_mode=request.identity.mode == session_pb2.SESSION_MODE_UNSPECIFIED,
             idem=convert.idempotency(request),
         )
         return api.ForkSessionResponse(session=convert.session_to_proto(view))
