@@ -22,7 +22,10 @@ from general_agent_server.core.content import ContentPart, TextPart
 from general_agent_server.core.errors import ErrorCode, ServiceError
 from general_agent_server.core.event_log import EventLog
 from general_agent_server.core.events import (
+    COALESCIBLE_KINDS,
+    AssistantDelta,
     EventBody,
+    ReasoningDelta,
     RunFinished,
     RunOutcome,
     RunReason,
@@ -157,6 +160,10 @@ class SessionActor:
         self.exporter = deps.exporter
         self.lock = asyncio.Lock()
         self._commit_lock = asyncio.Lock()
+        # Delta coalescing (emit_delta): the merged delta waiting to be sent, and whether a send happened
+        # in this turn of the event loop.
+        self._pending_delta: tuple[str, type[AssistantDelta] | type[ReasoningDelta], list[str]] | None = None
+        self._delta_window_open = False
         self.run: ActiveRun | None = None
         # The calls of the current tool round (pending hosted calls while SUSPENDED).
         self.round: list[ToolCallRecord] = []
@@ -251,8 +258,42 @@ class SessionActor:
             sequence=sequence, session_id=self.session_id, run_id=run_id, create_time=utcnow(), body=body
         )
 
+    async def emit_delta(self, run_id: str, body: AssistantDelta | ReasoningDelta) -> None:
+        """Spec 5.6: deltas are numbered after coalescing. The first delta of a burst goes out at once;
+        deltas arriving before the event loop comes round again (the previous send still in flight) merge
+        into one event, sent at the next turn of the loop or before any other event."""
+        pending = self._pending_delta
+        if pending is not None:
+            if pending[0] == run_id and pending[1] is type(body):
+                pending[2].append(body.text)
+                return
+            await self.flush_deltas()
+        if self._delta_window_open:
+            self._pending_delta = (run_id, type(body), [body.text])
+            return
+        await self._send_delta(run_id, body)
+
+    async def flush_deltas(self) -> None:
+        """Sends the merged pending delta, if any (called before any other event of the run)."""
+        pending, self._pending_delta = self._pending_delta, None
+        if pending is not None:
+            run_id, kind, texts = pending
+            await self._send_delta(run_id, kind(text="".join(texts)))
+
+    async def _send_delta(self, run_id: str, body: EventBody) -> None:
+        self._delta_window_open = True
+        asyncio.get_running_loop().call_soon(self._close_delta_window)
+        await self.emit_buffered(run_id, body)
+
+    def _close_delta_window(self) -> None:
+        self._delta_window_open = False
+        if self._pending_delta is not None:
+            self._spawn(self.flush_deltas(), f"flush-deltas-{self.session_id}")
+
     async def emit_buffered(self, run_id: str, body: EventBody) -> None:
         """An event that announces no state change (a delta): sent at once, committed with the next group."""
+        if self._pending_delta is not None and body.kind not in COALESCIBLE_KINDS:
+            await self.flush_deltas()
         if self._next_sequence > self.record.sequence_reserved:
             await self.commit()  # reserves the next block before the sequence is used
         event = self.stamp(run_id, body)
@@ -689,7 +730,8 @@ class SessionActor:
         if self.run is None and self._queue[0] is ticket:
             ticket.set_result(None)
         try:
-            await asyncio.wait_for(asyncio.shield(ticket), timeout)
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(ticket)
         except TimeoutError:
             raise ServiceError(
                 ErrorCode.ABORTED,

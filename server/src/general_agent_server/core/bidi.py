@@ -244,6 +244,9 @@ class RunSessionStream:
                     accepted=bool(admission.steered_run_id),
                 )
             if isinstance(command, HostedResultCommand):
+                # A result that arrives before the suspension is committed waits for it outside the lock, so
+                # commands of other streams are not held up while local tools run.
+                await actor.wait_until_exposed(command.call_id)
                 async with actor.lock:
                     resolution, continued = await turns.resolve(actor, command.call_id, command.result)
                 if continued is not None:

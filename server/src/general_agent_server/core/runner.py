@@ -281,15 +281,16 @@ class RunDriver:
                         await run.admitted.wait()
                     if isinstance(item, TextDelta):
                         self._partial_text.append(item.text)
-                        await actor.emit_buffered(run.run_id, AssistantDelta(text=item.text))
+                        await actor.emit_delta(run.run_id, AssistantDelta(text=item.text))
                     elif isinstance(item, ThinkingDelta):
-                        await actor.emit_buffered(run.run_id, ReasoningDelta(text=item.text))
+                        await actor.emit_delta(run.run_id, ReasoningDelta(text=item.text))
                     elif isinstance(item, ThinkingBlockEnd):
                         await actor.emit_buffered(run.run_id, ReasoningEnd())
                     else:
                         complete = item
             except ModelCallError as error:
                 await run.admitted.wait()
+                await actor.flush_deltas()
                 self._in_model_call = False
                 self.usage = self.usage + error.partial_usage
                 detail = provider_error_detail(error)
@@ -301,6 +302,7 @@ class RunDriver:
                     turn_error=detail,
                 )
                 return
+            await actor.flush_deltas()
             self._in_model_call = False
             if complete is None:
                 raise RuntimeError("model stream ended without a message")
@@ -620,6 +622,7 @@ class RunDriver:
         reason = run.stop_reason or RunReason.CANCELLED
         lead: list[SequencedEvent] = []
         transcript: list[TranscriptEntry] = []
+        await actor.flush_deltas()  # what streamed before the stop still reaches watchers, in order
         if self._in_model_call:
             lead.append(actor.stamp(run.run_id, TurnComplete(stop_reason=StopReason.ABORTED)))
             partial = "".join(self._partial_text)
@@ -660,6 +663,7 @@ class RunDriver:
     ) -> None:
         """The terminal commit: lead events (+ turn_complete), run_finished, run row, session IDLE."""
         actor, run = self.actor, self.run
+        await actor.flush_deltas()
         events = list(lead_events or [])
         closes_model_call = outcome is RunOutcome.COMPLETED or reason in (
             RunReason.PROVIDER_ERROR,

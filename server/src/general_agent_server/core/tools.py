@@ -175,7 +175,9 @@ class ToolSet:
             return ToolOutcome.error(f"Tool {name} not found")
         timeout = tool.spec.timeout_seconds or self._limits.default_timeout_seconds
         try:
-            outcome = await asyncio.wait_for(tool.run(arguments, context), timeout)
+            # asyncio.timeout, not wait_for: a stop that lands as the tool finishes must not be swallowed.
+            async with asyncio.timeout(timeout):
+                outcome = await tool.run(arguments, context)
         except ToolFailure as failure:
             outcome = ToolOutcome.error(failure.message, failure.details)
         except TimeoutError:
