@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
@@ -164,6 +165,9 @@ class SessionActor:
         # in this turn of the event loop.
         self._pending_delta: tuple[str, type[AssistantDelta] | type[ReasoningDelta], list[str]] | None = None
         self._delta_window_open = False
+        # When this actor last applied event retention (see _retention_due).
+        self._purged_at_sequence = 0
+        self._purged_at_time = time.monotonic()
         self.run: ActiveRun | None = None
         # The calls of the current tool round (pending hosted calls while SUSPENDED).
         self.round: list[ToolCallRecord] = []
@@ -519,8 +523,22 @@ class SessionActor:
             self.run = None
         run.finished.set()
         self._wake_queue()
-        self._spawn(self._apply_retention(), f"retention-{self.session_id}")
+        if self._retention_due():
+            self._spawn(self._apply_retention(), f"retention-{self.session_id}")
         self.on_idle(self)
+
+    def _retention_due(self) -> bool:
+        """Retention is a store write: do it when the log may have outgrown its count (by a tenth since the
+        last purge) or its age (checked at most hourly), not after every run."""
+        count = self.settings.event_retention_count
+        grown = self.record.last_sequence - self._purged_at_sequence >= max(1, count // 10)
+        due = (grown and self.record.last_sequence > count) or (
+            time.monotonic() - self._purged_at_time > min(3600.0, self.settings.event_retention_seconds)
+        )
+        if due:
+            self._purged_at_sequence = self.record.last_sequence
+            self._purged_at_time = time.monotonic()
+        return due
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coroutine, name=name)
