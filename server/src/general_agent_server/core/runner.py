@@ -165,6 +165,8 @@ class RunDriver:
         self._last_stop_reason: StopReason | None = StopReason.TOOL_USE if resume_round else None
         self._suspended = False
         self._tasks: dict[str, asyncio.Task[Any]] = {}
+        # A resolved result not yet committed, carried into the next commit of the round.
+        self._carry: tuple[list[SequencedEvent], list[TranscriptEntry], list[ToolCallRecord]] = ([], [], [])
 
     # ------------------------------------------------------------------ entry points
     async def execute(self) -> None:
@@ -507,22 +509,33 @@ class RunDriver:
                 tools.execute(record.tool_name, json.loads(record.input_json), context),
                 name=f"tool-{record.tool_name}-{record.call_id}",
             )
-        for record in local:
+        hosted_pending = any(r.status is CallStatus.PENDING and r.kind is CallKind.HOSTED for r in actor.round)
+        for index, record in enumerate(local):
             outcome = await self._tasks[record.call_id]
             del self._tasks[record.call_id]
             result = CallResult(content=outcome.content, details_json=outcome.details_json, is_error=outcome.is_error)
-            await self._resolve_local(record, result, ResolvedBy.EXECUTED)
+            # The round's last result rides with the round's results message (one commit fewer per round).
+            carry = index == len(local) - 1 and not hosted_pending
+            await self._resolve_local(record, result, ResolvedBy.EXECUTED, carry=carry)
 
-    async def _resolve_local(self, record: ToolCallRecord, result: CallResult, resolved_by: ResolvedBy) -> None:
+    async def _resolve_local(
+        self, record: ToolCallRecord, result: CallResult, resolved_by: ResolvedBy, *, carry: bool = False
+    ) -> None:
         actor = self.actor
         event = actor.stamp(self.run.run_id, result_event(record, result))
         resolved = replace(
             record, status=CallStatus.RESOLVED, result=result, resolved_by=resolved_by, resolve_sequence=event.sequence
         )
         actor.round = [resolved if r.call_id == record.call_id else r for r in actor.round]
-        await actor.commit(
-            events=[event], transcript=[self._result_entry(record, result, event.sequence)], tool_calls=[resolved]
-        )
+        entry = self._result_entry(record, result, event.sequence)
+        if carry:
+            self._carry = ([event], [entry], [resolved])
+            return
+        await actor.commit(events=[event], transcript=[entry], tool_calls=[resolved])
+
+    def _take_carry(self) -> tuple[list[SequencedEvent], list[TranscriptEntry], list[ToolCallRecord]]:
+        carried, self._carry = self._carry, ([], [], [])
+        return carried
 
     async def _suspend(self, hosted: list[ToolCallRecord]) -> None:
         """Commits SUSPENDED, then exposes every hosted call at once (spec 6)."""
@@ -558,8 +571,10 @@ class RunDriver:
         if not records:
             return
         message = HistoryMessage(role="user", content=tuple(tool_result_block(r) for r in records), run_id=run.run_id)
-        events = [actor.stamp(run.run_id, TurnComplete(stop_reason=StopReason.TOOL_USE))] if turn_complete else []
-        await actor.commit(events=events, history=[message])
+        events, transcript, resolved = self._take_carry()
+        if turn_complete:
+            events.append(actor.stamp(run.run_id, TurnComplete(stop_reason=StopReason.TOOL_USE)))
+        await actor.commit(events=events, transcript=transcript, tool_calls=resolved, history=[message])
         actor.round = []
 
     async def _close_round(self, message: str, resolved_by: ResolvedBy) -> None:
@@ -574,9 +589,7 @@ class RunDriver:
         pending = [r for r in actor.round if r.status is CallStatus.PENDING]
         if not actor.round:
             return
-        events: list[SequencedEvent] = []
-        transcript: list[TranscriptEntry] = []
-        resolved_records: list[ToolCallRecord] = []
+        events, transcript, resolved_records = self._take_carry()
         result = CallResult(content=(TextPart(text=message),), is_error=True)
         for record in pending:
             event = actor.stamp(self.run.run_id, result_event(record, result))
