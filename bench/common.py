@@ -621,3 +621,11 @@ def write_result(result: Result) -> Path:
     tmp.write_text(json.dumps(result, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def service_tool_definitions() -> list[Any]:
+    """The tool definitions the service sends a GENERAL session's model (its built-ins), taken from the
+    server's own catalog so a baseline request is the same size as the service's."""
+    from general_agent_server.tools.catalog import builtin_catalog
+
+    return builtin_catalog().for_session(coding=False, allowed=()).definitions()

@@ -39,6 +39,7 @@ from bench.common import (
     loadavg,
     process_rss_kb,
     run_timed,
+    service_tool_definitions,
     service_workspace,
     start_fake,
     start_service,
@@ -67,25 +68,8 @@ QUICK_WARMUP: Final = 10
 
 RATIO_TARGET: Final = 1.2
 
-# The definition the service sends for its built-in `read` (schema as in the server's tool spec), so
-# both sides send requests of about the same size.
-READ_TOOL: Final[anthropic.types.ToolParam] = {
-    "name": "read",
-    "description": (
-        "Read a file from the workspace. Text comes back with line numbers (cat -n style); use offset and "
-        "limit for long files. PNG, JPEG, GIF and WebP images come back as images."
-    ),
-    "input_schema": {
-        "type": "object",
-        "properties": {
-            "path": {"type": "string", "description": "File path, relative to the workspace."},
-            "offset": {"type": "integer", "minimum": 1, "description": "First line to read (1-based)."},
-            "limit": {"type": "integer", "minimum": 1, "description": "Lines to read (default 2000)."},
-        },
-        "required": ["path"],
-        "additionalProperties": False,
-    },
-}
+# The definitions the service sends (its built-in tools), so both sides send requests of the same size.
+READ_TOOL: Final = service_tool_definitions()[0]
 
 
 def _numbered(path: Path) -> str:

@@ -36,6 +36,7 @@ from bench.common import (
     loadavg,
     process_cpu_seconds,
     process_rss_kb,
+    service_tool_definitions,
     start_fake,
     start_service,
     system_cpu_seconds,
@@ -63,6 +64,7 @@ class _Baseline:
 
     def __init__(self, base_url: str) -> None:
         self.client = anthropic.AsyncAnthropic(base_url=base_url, api_key="dummy", max_retries=0)
+        self.tools = service_tool_definitions()
 
     async def once(self) -> int:
         """Nanoseconds from the call to the first text_delta; the rest of the stream is drained untimed."""
@@ -73,6 +75,7 @@ class _Baseline:
             model=MODEL_REF,
             max_tokens=BASELINE_MAX_TOKENS,
             messages=[{"role": "user", "content": PROMPT}],
+            tools=self.tools,
             stream=True,
         )
         async for event in stream:
@@ -253,6 +256,7 @@ async def run(ctx: BenchContext) -> Result:
             "service flags": "--log-level WARNING, defaults otherwise (persistence on)",
             "service window": "StreamTurn issued → first assistant_delta (fresh session per turn)",
             "baseline window": "messages.create(stream=True) called → first text_delta (one client)",
+            "baseline request": "the same tool definitions the service sends (its built-ins)",
             "thread affinity": "; ".join(f"{k} {', '.join(v)}" for k, v in affinity.items()),
             "loadavg before / after": f"{load_before} / {loadavg()}",
         },
