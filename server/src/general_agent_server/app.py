@@ -21,6 +21,7 @@ from general_agent_server.core.event_log import EventLog
 from general_agent_server.core.service import AgentCore
 from general_agent_server.core.transcript_export import TranscriptExporter
 from general_agent_server.providers.anthropic_model import AnthropicModelClient
+from general_agent_server.rpc.hook_client import GrpcHookDialer
 from general_agent_server.rpc.interceptors import RequestContextInterceptor
 from general_agent_server.rpc.servicer import AgentServicer
 from general_agent_server.store.sqlite import DB_FILE_NAME, SqliteSessionStore
@@ -73,6 +74,7 @@ async def start_server(settings: ServerSettings) -> RunningServer:
         catalog=builtin_catalog(settings.tool_limits()),
         global_hosted_tools=settings.hosted_tools,
         event_log=EventLog(state_dir / "events") if settings.event_log else None,
+        hook_dialer=GrpcHookDialer(),
     )
     server = grpc.aio.server(
         interceptors=[RequestContextInterceptor()],

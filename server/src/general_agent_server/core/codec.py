@@ -13,6 +13,7 @@ from general_agent_server.core.content import ContentPart
 from general_agent_server.core.errors import ErrorDetail
 from general_agent_server.core.events import EventBody
 from general_agent_server.core.history import HistoryMessage
+from general_agent_server.core.hook_registrations import HookRegistrationSpec
 from general_agent_server.core.runs import RunRecord, ToolCallRecord
 from general_agent_server.core.session import ForkOrigin, SessionConfig, Usage, UsageSnapshot
 from general_agent_server.core.transcript import TranscriptBody
@@ -72,3 +73,4 @@ class _ToolCallCodec:
 
 
 TOOL_CALL = _ToolCallCodec()
+HOOK_REGISTRATION: JsonCodec[HookRegistrationSpec] = _codec(HookRegistrationSpec)

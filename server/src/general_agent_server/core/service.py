@@ -12,12 +12,26 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
+from general_agent_server.core import codec
 from general_agent_server.core.actor import ActorDeps, SessionActor
 from general_agent_server.core.clock import utcnow
 from general_agent_server.core.credentials import CredentialResolver
-from general_agent_server.core.errors import ErrorCode, ServiceError, session_not_found
+from general_agent_server.core.errors import (
+    ErrorCode,
+    ServiceError,
+    invalid_argument,
+    not_implemented,
+    session_not_found,
+)
 from general_agent_server.core.event_log import EventLog
 from general_agent_server.core.events import RunReason
+from general_agent_server.core.hook_registrations import (
+    HookDialer,
+    HookRegistrationSpec,
+    check_registration,
+    handlers_for,
+)
+from general_agent_server.core.hooks import HOOK_NAMES, HookFailedError, HookOutcome, HookRegistry, HookRunner
 from general_agent_server.core.model import Credential, ModelClient
 from general_agent_server.core.paging import decode_token, encode_token, filters_digest, invalid_token
 from general_agent_server.core.recovery import recover_interrupted_runs
@@ -86,6 +100,7 @@ class AgentCore:
         catalog: ToolCatalog,
         global_hosted_tools: tuple[HostedToolDefinition, ...] = (),
         event_log: EventLog | None = None,
+        hook_dialer: HookDialer | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -107,6 +122,8 @@ class AgentCore:
             )
         )
         self.event_log = event_log
+        self.hook_dialer = hook_dialer
+        self.hooks = HookRunner(HookRegistry())
         self.global_hosted_names = frozenset(t.name for t in global_hosted_tools)
         self.turns = TurnOps(self)
         self._shutting_down = False
@@ -120,6 +137,7 @@ class AgentCore:
         recovered = await recover_interrupted_runs(self.store, sequence_block=self.settings.sequence_block)
         if recovered:
             logger.info("marked %d interrupted run(s) as FAILED/INTERRUPTED", recovered, extra={"category": "system"})
+        await self._load_hook_registrations()
         # Suspended sessions come back into memory so their hosted deadlines are armed (expired ones fire).
         for call in await self.store.list_pending_hosted_calls():
             async with self.registry.use(call.tenant, call.session_id):
@@ -146,8 +164,66 @@ class AgentCore:
         for actor in self.registry.active():
             actor.close_subscribers(error)
         await self.exporter.close()
+        if self.hook_dialer is not None:
+            await self.hook_dialer.close()
         if self.event_log is not None:
             await self.event_log.close()
+
+    # ------------------------------------------------------------------ hooks
+    async def _load_hook_registrations(self) -> None:
+        """Registrations persist across restarts (spec 7)."""
+        if self.hook_dialer is None:
+            return
+        for _tenant, _session, _plugin, document in await self.store.list_hook_registrations():
+            spec = codec.HOOK_REGISTRATION.loads(document)
+            self.hooks.registry.register(handlers_for(spec, self.hook_dialer))
+
+    def _dialer(self) -> HookDialer:
+        if self.hook_dialer is None:
+            raise not_implemented("hooks", "remote hook registrations")
+        return self.hook_dialer
+
+    async def register_hooks(self, ctx: CallContext, spec: HookRegistrationSpec) -> HookRegistrationSpec:
+        dialer = self._dialer()
+        check_registration(spec)
+        if spec.session_id:
+            await self.get_session(ctx, spec.session_id)
+        stored = replace(spec, tenant=ctx.tenant, create_time=utcnow())
+        await self.store.put_hook_registration(
+            ctx.tenant, stored.session_id, stored.plugin_id, codec.HOOK_REGISTRATION.dumps(stored)
+        )
+        self.hooks.registry.register(handlers_for(stored, dialer))
+        logger.info(
+            "hooks registered by plugin %s", stored.plugin_id, extra={"category": "system", "tenant": ctx.tenant}
+        )
+        return stored
+
+    async def unregister_hooks(self, ctx: CallContext, plugin_id: str, session_id: str = "") -> bool:
+        removed = await self.store.delete_hook_registration(ctx.tenant, session_id, plugin_id)
+        self.hooks.registry.unregister(plugin_id, tenant=ctx.tenant, scope=session_id)
+        return removed
+
+    async def list_hook_registrations(self, ctx: CallContext, session_id: str = "") -> list[HookRegistrationSpec]:
+        return [
+            codec.HOOK_REGISTRATION.loads(document)
+            for tenant, scope, _plugin, document in await self.store.list_hook_registrations()
+            if tenant == ctx.tenant and scope == session_id
+        ]
+
+    async def emit_hook(
+        self, ctx: CallContext, hook: str, event: dict[str, Any], context: dict[str, Any], session_id: str = ""
+    ) -> HookOutcome:
+        """Runs any hook with the runner's merge rules (spec 7, EmitHook)."""
+        if hook not in HOOK_NAMES:
+            error = invalid_argument("hook_name", f"unknown hook {hook!r}")
+            error.reason = "INVALID_HOOK"
+            raise error
+        if session_id:
+            await self.get_session(ctx, session_id)
+        try:
+            return await self.hooks.run(hook, event, context, tenant=ctx.tenant, session_id=session_id)
+        except HookFailedError as exc:
+            raise ServiceError(ErrorCode.FAILED_PRECONDITION, "HOOK_FAILED", str(exc)) from None
 
     def check_serving(self) -> None:
         if self._shutting_down:

@@ -16,6 +16,7 @@ from general_agent.v1 import (
 from general_agent.v1 import (
     content_pb2,
     event_pb2,
+    hook_pb2,
     session_pb2,
     tool_pb2,
     transcript_pb2,
@@ -39,6 +40,8 @@ from general_agent_server.core.bidi import (
 )
 from general_agent_server.core.content import ContentPart, ImagePart, TextPart
 from general_agent_server.core.errors import ServiceError, invalid_argument
+from general_agent_server.core.hook_registrations import HookBindingSpec, HookRegistrationSpec
+from general_agent_server.core.hooks import FailurePolicy
 from general_agent_server.core.runs import CallResult
 from general_agent_server.core.service import Idempotency, SessionView
 from general_agent_server.core.session import (
@@ -372,6 +375,70 @@ def hosted_result_from_proto(request: api.SubmitHostedToolResultRequest | api.Ru
         text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
         return CallResult(content=(TextPart(text=text),), details_json=details or value_json)
     raise invalid_argument("result", "set one of output, output_json or error")
+
+
+# ---------------------------------------------------------------------- hooks
+
+_FAILURE_POLICIES = {
+    hook_pb2.HOOK_FAILURE_POLICY_UNSPECIFIED: FailurePolicy.DEFAULT,
+    hook_pb2.HOOK_FAILURE_POLICY_FAIL_OPEN: FailurePolicy.FAIL_OPEN,
+    hook_pb2.HOOK_FAILURE_POLICY_FAIL_CLOSED: FailurePolicy.FAIL_CLOSED,
+}
+_FAILURE_POLICIES_OUT = {v: k for k, v in _FAILURE_POLICIES.items()}
+
+
+def hook_name(value: int) -> str:
+    """HOOK_NAME_BEFORE_TOOL_CALL → "before_tool_call" (the wire name)."""
+    return hook_pb2.HookName.Name(hook_pb2.HookName.ValueType(value)).removeprefix("HOOK_NAME_").lower()
+
+
+def registration_from_proto(registration: hook_pb2.HookRegistration, session_id: str = "") -> HookRegistrationSpec:
+    bindings = []
+    for index, binding in enumerate(registration.hooks):
+        if binding.name == hook_pb2.HOOK_NAME_UNSPECIFIED:
+            raise invalid_argument(f"registration.hooks[{index}].name", "is required")
+        bindings.append(
+            HookBindingSpec(
+                name=hook_name(binding.name),
+                priority=binding.priority,
+                timeout_seconds=_seconds(binding.timeout, binding.HasField("timeout")),
+                failure_policy=_FAILURE_POLICIES.get(
+                    hook_pb2.HookFailurePolicy.ValueType(binding.failure_policy), FailurePolicy.DEFAULT
+                ),
+            )
+        )
+    return HookRegistrationSpec(
+        plugin_id=registration.plugin_id,
+        target=registration.target.address,
+        bindings=tuple(bindings),
+        session_id=session_id or registration.session_id,
+    )
+
+
+def registration_to_proto(spec: HookRegistrationSpec) -> hook_pb2.HookRegistration:
+    out = hook_pb2.HookRegistration(
+        plugin_id=spec.plugin_id,
+        target=hook_pb2.HookTarget(address=spec.target),
+        session_id=spec.session_id,
+        tenant=spec.tenant,
+    )
+    for binding in spec.bindings:
+        item = out.hooks.add(
+            name=hook_pb2.HookName.Value(f"HOOK_NAME_{binding.name.upper()}"),
+            priority=binding.priority,
+            failure_policy=_FAILURE_POLICIES_OUT[binding.failure_policy],
+        )
+        if (d := _duration(binding.timeout_seconds)) is not None:
+            item.timeout.CopyFrom(d)
+    if spec.create_time is not None:
+        out.create_time.CopyFrom(timestamp(spec.create_time))
+    return out
+
+
+def struct_from_dict(value: dict[str, Any]) -> struct_pb2.Struct:
+    out = struct_pb2.Struct()
+    out.update(value)
+    return out
 
 
 # ---------------------------------------------------------------------- RunSession

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, TypeAlias, TypeVar
 
 import grpc
+from google.protobuf import json_format
 
 import general_agent_server
 from general_agent.v1 import agent_service_pb2 as api
@@ -41,6 +42,7 @@ CAPABILITIES = (
     "busy_policy",
     "run_session",
     "fork",
+    "hooks_remote",
 )
 
 # RPC → the capability (and later release) that provides it.
@@ -53,10 +55,6 @@ UNIMPLEMENTED_RPCS: dict[str, str] = {
     "GetMcpServers": "mcp",
     "ToggleMcpServer": "mcp",
     "GetMcpStatus": "mcp",
-    "RegisterHooks": "hooks",
-    "UnregisterHooks": "hooks",
-    "ListHookRegistrations": "hooks",
-    "EmitHook": "hooks",
 }
 
 
@@ -257,6 +255,47 @@ class AgentServicer(api_grpc.AgentServiceServicer):
         return api.CancelRunResponse(cancelled=bool(run_id), run_id=run_id)
 
     @unary
+    async def RegisterHooks(self, request: api.RegisterHooksRequest, context: Context) -> api.RegisterHooksResponse:
+        if not request.HasField("registration"):
+            raise invalid_argument("registration", "is required")
+        spec = await self._core.register_hooks(
+            call_context(context), convert.registration_from_proto(request.registration)
+        )
+        return api.RegisterHooksResponse(registration=convert.registration_to_proto(spec))
+
+    @unary
+    async def UnregisterHooks(
+        self, request: api.UnregisterHooksRequest, context: Context
+    ) -> api.UnregisterHooksResponse:
+        removed = await self._core.unregister_hooks(call_context(context), request.plugin_id, request.session_id)
+        return api.UnregisterHooksResponse(removed=removed)
+
+    @unary
+    async def ListHookRegistrations(
+        self, request: api.ListHookRegistrationsRequest, context: Context
+    ) -> api.ListHookRegistrationsResponse:
+        specs = await self._core.list_hook_registrations(call_context(context), request.session_id)
+        return api.ListHookRegistrationsResponse(registrations=[convert.registration_to_proto(s) for s in specs])
+
+    @unary
+    async def EmitHook(self, request: api.EmitHookRequest, context: Context) -> api.EmitHookResponse:
+        hook_context = json_format.MessageToDict(request.context) if request.HasField("context") else {}
+        outcome = await self._core.emit_hook(
+            call_context(context),
+            request.hook_name,
+            json_format.MessageToDict(request.event),
+            hook_context,
+            request.session_id,
+        )
+        response = api.EmitHookResponse(
+            handler_count=outcome.handler_count,
+            handler_errors=[api.HookHandlerError(plugin_id=e.plugin_id, message=e.message) for e in outcome.errors],
+        )
+        if outcome.result is not None:
+            response.result.CopyFrom(convert.struct_from_dict(outcome.result))
+        return response
+
+    @unary
     async def GetUsage(self, request: api.GetUsageRequest, context: Context) -> api.GetUsageResponse:
         view = await self._core.get_session(call_context(context), request.session_id)
         response = api.GetUsageResponse(cumulative_usage=convert.usage_to_proto(view.record.cumulative_usage))
@@ -313,22 +352,6 @@ class AgentServicer(api_grpc.AgentServiceServicer):
 
     async def GetMcpStatus(self, request: api.GetMcpStatusRequest, context: Context) -> api.GetMcpStatusResponse:
         return await _unimplemented(context, "GetMcpStatus")
-
-    async def RegisterHooks(self, request: api.RegisterHooksRequest, context: Context) -> api.RegisterHooksResponse:
-        return await _unimplemented(context, "RegisterHooks")
-
-    async def UnregisterHooks(
-        self, request: api.UnregisterHooksRequest, context: Context
-    ) -> api.UnregisterHooksResponse:
-        return await _unimplemented(context, "UnregisterHooks")
-
-    async def ListHookRegistrations(
-        self, request: api.ListHookRegistrationsRequest, context: Context
-    ) -> api.ListHookRegistrationsResponse:
-        return await _unimplemented(context, "ListHookRegistrations")
-
-    async def EmitHook(self, request: api.EmitHookRequest, context: Context) -> api.EmitHookResponse:
-        return await _unimplemented(context, "EmitHook")
 
 
 async def _unimplemented(context: Context, rpc: str) -> NoReturn:

@@ -94,4 +94,14 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX tool_calls_by_run ON tool_calls (tenant, session_id, run_id, round_index, position);
     CREATE INDEX tool_calls_pending ON tool_calls (status, kind) WHERE status = 'PENDING';
     """,
+    # 3: remote hook registrations (tenant-wide or per session), kept across restarts.
+    """
+    CREATE TABLE hook_registrations (
+        tenant TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        plugin_id TEXT NOT NULL,
+        registration_json TEXT NOT NULL,
+        PRIMARY KEY (tenant, session_id, plugin_id)
+    ) WITHOUT ROWID;
+    """,
 )

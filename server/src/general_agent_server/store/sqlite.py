@@ -623,6 +623,26 @@ class SqliteSessionStore:
         return [codec.RUN_RECORD.loads(r[0]) for r in rows]
 
     # ------------------------------------------------------------------ idempotency
+    async def put_hook_registration(self, tenant: str, session_id: str, plugin_id: str, registration_json: str) -> None:
+        await self._run_operation(
+            WriteBatch(tenant=tenant, session_id=session_id),
+            _HookRegistration(plugin_id=plugin_id, registration_json=registration_json),
+        )
+
+    async def delete_hook_registration(self, tenant: str, session_id: str, plugin_id: str) -> bool:
+        marker = _HookRegistration(plugin_id=plugin_id, registration_json=None)
+        await self._run_operation(WriteBatch(tenant=tenant, session_id=session_id), marker)
+        return marker.changed
+
+    async def list_hook_registrations(self) -> list[tuple[str, str, str, str]]:
+        conn = self._conn(self._reader)
+        async with conn.execute(
+            "SELECT tenant, session_id, plugin_id, registration_json FROM hook_registrations"
+            " ORDER BY tenant, session_id, plugin_id"
+        ) as cur:
+            rows = await cur.fetchall()
+        return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
+
     async def get_idempotency(self, tenant: str, rpc: str, request_id: str) -> IdempotencyRecord | None:
         conn = self._conn(self._reader)
         async with conn.execute(
@@ -706,7 +726,7 @@ class _DeleteSession:
         key = (batch.tenant, batch.session_id)
         cur = conn.execute("DELETE FROM sessions WHERE tenant=? AND session_id=?", key)
         self.deleted = cur.rowcount == 1
-        for table in ("history", "transcript", "events", "runs", "tool_calls"):
+        for table in ("history", "transcript", "events", "runs", "tool_calls", "hook_registrations"):
             conn.execute(f"DELETE FROM {table} WHERE tenant=? AND session_id=?", key)  # noqa: S608
 
 
@@ -755,4 +775,23 @@ class _PurgeEvents:
         )
 
 
-_Operation = _InsertSession | _DeleteSession | _Lease | _PurgeEvents
+@dataclass
+class _HookRegistration:
+    plugin_id: str
+    registration_json: str | None  # None = delete
+    changed: bool = False
+
+    def run(self, conn: sqlite3.Connection, batch: WriteBatch) -> None:
+        key = (batch.tenant, batch.session_id, self.plugin_id)
+        if self.registration_json is None:
+            cur = conn.execute("DELETE FROM hook_registrations WHERE tenant=? AND session_id=? AND plugin_id=?", key)
+        else:
+            cur = conn.execute(
+                "INSERT OR REPLACE INTO hook_registrations (tenant, session_id, plugin_id, registration_json)"
+                " VALUES (?,?,?,?)",
+                (*key, self.registration_json),
+            )
+        self.changed = cur.rowcount > 0
+
+
+_Operation = _InsertSession | _DeleteSession | _Lease | _PurgeEvents | _HookRegistration

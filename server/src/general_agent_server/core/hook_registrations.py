@@ -1,0 +1,82 @@
+"""Remote hook registrations (spec 7): a host's HookService target and the hooks it serves. The core
+turns each binding into a registry handler through a HookDialer, which the transport implements (one
+channel per target, a deadline on every call)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from general_agent_server.core.errors import ServiceError, invalid_argument
+from general_agent_server.core.hooks import HOOK_KINDS, FailurePolicy, HandlerFn, HookHandler
+from general_agent_server.core.validation import check_id
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HookBindingSpec:
+    name: str
+    priority: int = 0
+    timeout_seconds: float | None = None
+    failure_policy: FailurePolicy = FailurePolicy.DEFAULT
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HookRegistrationSpec:
+    plugin_id: str
+    target: str
+    bindings: tuple[HookBindingSpec, ...]
+    tenant: str = ""
+    session_id: str = ""
+    create_time: datetime | None = None
+
+
+class HookDialer(Protocol):
+    """Makes the handler that calls one hook of a remote HookService."""
+
+    def handler(self, registration: HookRegistrationSpec, binding: HookBindingSpec) -> HandlerFn: ...
+
+    async def close(self) -> None: ...
+
+
+def check_registration(spec: HookRegistrationSpec, field: str = "registration") -> None:
+    try:
+        check_id(f"{field}.plugin_id", spec.plugin_id)
+    except ServiceError as exc:
+        raise _invalid_hook(exc.field_violations[0].field, exc.field_violations[0].description) from None
+    host, sep, port = spec.target.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise _invalid_hook(f"{field}.target.address", "expected HOST:PORT")
+    if not spec.bindings:
+        raise _invalid_hook(f"{field}.hooks", "register at least one hook")
+    seen: set[str] = set()
+    for index, binding in enumerate(spec.bindings):
+        if binding.name not in HOOK_KINDS:
+            raise _invalid_hook(f"{field}.hooks[{index}].name", f"unknown hook {binding.name!r}")
+        if binding.name in seen:
+            raise _invalid_hook(f"{field}.hooks[{index}].name", f"hook {binding.name!r} listed twice")
+        seen.add(binding.name)
+        if binding.timeout_seconds is not None and binding.timeout_seconds <= 0:
+            raise _invalid_hook(f"{field}.hooks[{index}].timeout", "must be positive")
+
+
+def _invalid_hook(field_path: str, description: str) -> ServiceError:
+    error = invalid_argument(field_path, description)
+    error.reason = "INVALID_HOOK"
+    return error
+
+
+def handlers_for(spec: HookRegistrationSpec, dialer: HookDialer) -> list[HookHandler]:
+    return [
+        HookHandler(
+            plugin_id=spec.plugin_id,
+            hook=binding.name,
+            call=dialer.handler(spec, binding),
+            priority=binding.priority,
+            timeout_seconds=binding.timeout_seconds,
+            failure_policy=binding.failure_policy,
+            tenant=spec.tenant,
+            scope=spec.session_id,
+        )
+        for binding in spec.bindings
+    ]

@@ -1,0 +1,178 @@
+"""Remote hooks through EmitHook: the server dials a host's HookService (a real grpc.aio server on port
+0), merges results with the runner's rules, treats UNIMPLEMENTED as no opinion, fails before_tool_call
+closed when the host is down, and keeps registrations across a restart."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import duration_pb2, json_format, struct_pb2
+
+from general_agent.v1 import agent_service_pb2 as api
+from general_agent.v1 import agent_service_pb2_grpc, hook_pb2, hook_service_pb2, hook_service_pb2_grpc
+from tests.conftest import ServerFactory
+from tests.support.rpc import Stub, create_session, rpc_error
+
+
+# The generated base class answers UNIMPLEMENTED for every hook not overridden; its stub declares them all
+# abstract, so mypy is told it is Any.
+_HookServiceBase: Any = hook_service_pb2_grpc.HookServiceServicer
+
+
+class Host(_HookServiceBase):  # type: ignore[misc]
+    """A host serving message_sending and before_tool_call; everything else is UNIMPLEMENTED."""
+
+    def __init__(self, content: str, *, cancel: bool = False, block: bool = False) -> None:
+        self.content = content
+        self.cancel = cancel
+        self.block = block
+        self.seen: list[str] = []
+
+    async def MessageSending(
+        self, request: hook_service_pb2.MessageSendingRequest, context: Any
+    ) -> hook_service_pb2.MessageSendingResponse:
+        self.seen.append(f"message_sending:{request.event.content}:{request.context.plugin_id}")
+        result = hook_pb2.MessageSendingResult(content=self.content, cancel=self.cancel)
+        return hook_service_pb2.MessageSendingResponse(result=result)
+
+    async def BeforeToolCall(
+        self, request: hook_service_pb2.BeforeToolCallRequest, context: Any
+    ) -> hook_service_pb2.BeforeToolCallResponse:
+        self.seen.append(f"before_tool_call:{request.event.tool_name}")
+        result = hook_pb2.BeforeToolCallResult(block=self.block, block_reason="writes are not allowed")
+        return hook_service_pb2.BeforeToolCallResponse(result=result)
+
+
+async def serve(host: Host) -> tuple[grpc.aio.Server, str]:
+    server = grpc.aio.server()
+    hook_service_pb2_grpc.add_HookServiceServicer_to_server(host, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+@pytest.fixture
+async def hosts() -> AsyncIterator[list[grpc.aio.Server]]:
+    servers: list[grpc.aio.Server] = []
+    yield servers
+    for server in servers:
+        await server.stop(None)
+
+
+def registration(plugin: str, address: str, *names: str, priority: int = 0, timeout: float = 2.0) -> Any:
+    return hook_pb2.HookRegistration(
+        plugin_id=plugin,
+        target=hook_pb2.HookTarget(address=address),
+        hooks=[
+            hook_pb2.HookBinding(
+                name=hook_pb2.HookName.Value(f"HOOK_NAME_{n.upper()}"),
+                priority=priority,
+                timeout=duration_pb2.Duration(seconds=int(timeout), nanos=int((timeout % 1) * 1e9)),
+            )
+            for n in names
+        ],
+    )
+
+
+def struct(value: dict[str, Any]) -> struct_pb2.Struct:
+    out = struct_pb2.Struct()
+    out.update(value)
+    return out
+
+
+async def emit(stub: Stub, hook: str, event: dict[str, Any], **kwargs: Any) -> api.EmitHookResponse:
+    response: api.EmitHookResponse = await stub.EmitHook(
+        api.EmitHookRequest(hook_name=hook, event=struct(event), **kwargs)
+    )
+    return response
+
+
+async def test_emit_merges_remote_results_by_priority(stub: Stub, hosts: list[grpc.aio.Server]) -> None:
+    first, second = Host("first"), Host("second", cancel=True)
+    third = Host("third")
+    for plugin, host, priority in (("a", first, 30), ("b", second, 20), ("c", third, 10)):
+        server, address = await serve(host)
+        hosts.append(server)
+        await stub.RegisterHooks(
+            api.RegisterHooksRequest(registration=registration(plugin, address, "message_sending", priority=priority))
+        )
+    response = await emit(stub, "message_sending", {"to": "chan", "content": "hello"})
+    assert json_format.MessageToDict(response.result) == {"content": "second", "cancel": True}
+    assert response.handler_count == 2  # cancel is sticky and stops the chain
+    assert first.seen == ["message_sending:hello:a"]
+    assert third.seen == []
+    listed = await stub.ListHookRegistrations(api.ListHookRegistrationsRequest())
+    assert sorted(r.plugin_id for r in listed.registrations) == ["a", "b", "c"]
+    assert (await stub.UnregisterHooks(api.UnregisterHooksRequest(plugin_id="b"))).removed is True
+    response = await emit(stub, "message_sending", {"to": "chan", "content": "hello"})
+    assert json_format.MessageToDict(response.result) == {"content": "third"}
+
+
+async def test_unimplemented_is_no_opinion_and_a_down_host_fails_before_tool_call_closed(
+    stub: Stub, hosts: list[grpc.aio.Server]
+) -> None:
+    host = Host("x")
+    server, address = await serve(host)
+    hosts.append(server)
+    await stub.RegisterHooks(api.RegisterHooksRequest(registration=registration("p", address, "before_prompt_build")))
+    response = await emit(stub, "before_prompt_build", {"prompt": "hi"})
+    assert not response.HasField("result")
+    assert response.handler_count == 1
+    assert list(response.handler_errors) == []
+    await stub.RegisterHooks(
+        api.RegisterHooksRequest(registration=registration("down", "127.0.0.1:1", "before_tool_call", timeout=1.0))
+    )
+    blocked = await emit(stub, "before_tool_call", {"toolName": "write", "params": {"path": "a"}})
+    result = json_format.MessageToDict(blocked.result)
+    assert result["block"] is True
+    assert "down" in result["blockReason"]
+    assert [e.plugin_id for e in blocked.handler_errors] == ["down"]
+    await stub.RegisterHooks(
+        api.RegisterHooksRequest(registration=registration("down2", "127.0.0.1:1", "message_sending", timeout=1.0))
+    )
+    opened = await emit(stub, "message_sending", {"to": "x", "content": "y"})
+    assert not opened.HasField("result")  # every other hook fails open
+
+
+async def test_invalid_hooks_are_rejected(stub: Stub) -> None:
+    error = await rpc_error(stub.EmitHook(api.EmitHookRequest(hook_name="not_a_hook")))
+    assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_HOOK")
+    error = await rpc_error(
+        stub.RegisterHooks(api.RegisterHooksRequest(registration=registration("p", "no-port", "message_sending")))
+    )
+    assert (error.reason, error.field_violations[0][0]) == ("INVALID_HOOK", "registration.target.address")
+    error = await rpc_error(stub.RegisterHooks(api.RegisterHooksRequest(registration=registration("p", "h:1"))))
+    assert error.field_violations[0][0] == "registration.hooks"
+    error = await rpc_error(stub.EmitHook(api.EmitHookRequest(hook_name="message_sending", session_id="missing")))
+    assert error.reason == "SESSION_NOT_FOUND"
+    session = await create_session(stub)
+    ok = await stub.EmitHook(api.EmitHookRequest(hook_name="gateway_start", session_id=session.identity.session_id))
+    assert ok.handler_count == 0
+
+
+async def test_registrations_survive_a_restart(
+    server_factory: ServerFactory, tmp_path: Path, hosts: list[grpc.aio.Server]
+) -> None:
+    state = tmp_path / "hooks-state"
+    host = Host("persisted")
+    hook_server, address = await serve(host)
+    hosts.append(hook_server)
+    first = await server_factory(state_dir=state)
+    async with grpc.aio.insecure_channel(first.address) as channel:
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+        await stub.RegisterHooks(
+            api.RegisterHooksRequest(registration=registration("keep", address, "message_sending"))
+        )
+    await first.stop(grace=1.0)
+    second = await server_factory(state_dir=state)
+    async with grpc.aio.insecure_channel(second.address) as channel:
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+        response = await emit(stub, "message_sending", {"to": "x", "content": "y"})
+        assert json_format.MessageToDict(response.result) == {"content": "persisted"}
+        listed = await stub.ListHookRegistrations(api.ListHookRegistrationsRequest())
+        assert [r.plugin_id for r in listed.registrations] == ["keep"]
+        assert listed.registrations[0].tenant == "default"
