@@ -17,7 +17,6 @@ from general_agent.v1 import agent_service_pb2_grpc, hook_pb2, hook_service_pb2,
 from tests.conftest import ServerFactory
 from tests.support.rpc import Stub, create_session, rpc_error
 
-
 # The generated base class answers UNIMPLEMENTED for every hook not overridden; its stub declares them all
 # abstract, so mypy is told it is Any.
 _HookServiceBase: Any = hook_service_pb2_grpc.HookServiceServicer
