@@ -175,3 +175,125 @@ async def test_registrations_survive_a_restart(
         listed = await stub.ListHookRegistrations(api.ListHookRegistrationsRequest())
         assert [r.plugin_id for r in listed.registrations] == ["keep"]
         assert listed.registrations[0].tenant == "default"
+
+
+class PromptHost(_HookServiceBase):  # type: ignore[misc]
+    """Injects prompt context, overrides the model and blocks or rewrites tool calls."""
+
+    def __init__(self, *, block_tools: frozenset[str] = frozenset(), rewrite: dict[str, Any] | None = None) -> None:
+        self.block_tools = block_tools
+        self.rewrite = rewrite
+        self.order: list[str] = []
+
+    async def BeforeModelResolve(self, request: Any, context: Any) -> hook_service_pb2.BeforeModelResolveResponse:
+        self.order.append("before_model_resolve")
+        return hook_service_pb2.BeforeModelResolveResponse(
+            result=hook_pb2.BeforeModelResolveResult(model_override="claude-opus-4-6")
+        )
+
+    async def BeforePromptBuild(self, request: Any, context: Any) -> hook_service_pb2.BeforePromptBuildResponse:
+        self.order.append(f"before_prompt_build:{request.event.prompt}")
+        return hook_service_pb2.BeforePromptBuildResponse(
+            result=hook_pb2.BeforePromptBuildResult(
+                prepend_context="Remember: the user likes tea.",
+                prepend_system_context="[policy]",
+                append_system_context="[suffix]",
+            )
+        )
+
+    async def BeforeToolCall(self, request: Any, context: Any) -> hook_service_pb2.BeforeToolCallResponse:
+        self.order.append(f"before_tool_call:{request.event.tool_name}")
+        result = hook_pb2.BeforeToolCallResult()
+        if request.event.tool_name in self.block_tools:
+            result.block = True
+            result.block_reason = f"{request.event.tool_name} is blocked here"
+        elif self.rewrite is not None:
+            result.params.update(self.rewrite)
+        return hook_service_pb2.BeforeToolCallResponse(result=result)
+
+
+async def test_prompt_hooks_shape_what_the_model_receives(
+    stub: Stub, fake_model: Any, hosts: list[grpc.aio.Server]
+) -> None:
+    from general_agent.testing import TextReply
+
+    host = PromptHost()
+    server = grpc.aio.server()
+    hook_service_pb2_grpc.add_HookServiceServicer_to_server(host, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    hosts.append(server)
+    await stub.RegisterHooks(
+        api.RegisterHooksRequest(
+            registration=registration("prompt", f"127.0.0.1:{port}", "before_model_resolve", "before_prompt_build")
+        )
+    )
+    session = await create_session(stub, system_prompt="You are helpful.")
+    fake_model.enqueue(TextReply("ok"))
+    from tests.support.rpc import stream_turn
+
+    await stream_turn(stub, session.identity.session_id, "What should I drink?")
+    request = fake_model.requests[-1]
+    assert request.model == "claude-opus-4-6"
+    assert request.system_text == "[policy]\n\nYou are helpful.\n\n[suffix]"
+    assert request.messages[0]["content"][0]["text"] == "Remember: the user likes tea.\n\nWhat should I drink?"
+    assert host.order == ["before_model_resolve", "before_prompt_build:What should I drink?"]
+    # The transcript keeps the user's original words.
+    history = await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=session.identity.session_id))
+    assert history.entries[1].message.content[0].text.text == "What should I drink?"
+
+
+async def test_before_tool_call_blocks_and_rewrites(
+    stub: Stub, fake_model: Any, hosts: list[grpc.aio.Server], tmp_path: Path
+) -> None:
+    from general_agent.testing import Reply, TextReply, ToolUseBlock
+    from tests.support.events import kinds, last_of
+    from tests.support.rpc import stream_turn
+
+    host = PromptHost(block_tools=frozenset({"read"}))
+    server = grpc.aio.server()
+    hook_service_pb2_grpc.add_HookServiceServicer_to_server(host, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    hosts.append(server)
+    await stub.RegisterHooks(
+        api.RegisterHooksRequest(registration=registration("guard", f"127.0.0.1:{port}", "before_tool_call"))
+    )
+    session = await create_session(stub)
+    fake_model.enqueue(
+        Reply(blocks=[ToolUseBlock(id="t1", name="read", input={"path": "secret.txt"})], stop_reason="tool_use"),
+        TextReply("understood"),
+    )
+    events = await stream_turn(stub, session.identity.session_id, "read my secret")
+    assert kinds(events)[:5] == ["run_started", "usage_snapshot", "tool_call", "tool_error", "turn_complete"]
+    assert last_of(events, "tool_error").error == "read is blocked here"
+    assert fake_model.requests[-1].messages[-1]["content"][0]["is_error"] is True
+    assert host.order == ["before_tool_call:read"]
+
+
+async def test_before_tool_call_rewrites_params_and_tool_call_shows_the_final_input(
+    stub: Stub, fake_model: Any, hosts: list[grpc.aio.Server]
+) -> None:
+    from general_agent.testing import Reply, TextReply, ToolUseBlock
+    from tests.support.events import last_of
+    from tests.support.rpc import stream_turn
+
+    host = PromptHost(rewrite={"path": "allowed.txt"})
+    server = grpc.aio.server()
+    hook_service_pb2_grpc.add_HookServiceServicer_to_server(host, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    hosts.append(server)
+    await stub.RegisterHooks(
+        api.RegisterHooksRequest(registration=registration("rewriter", f"127.0.0.1:{port}", "before_tool_call"))
+    )
+    session = await create_session(stub)
+    fake_model.enqueue(
+        Reply(blocks=[ToolUseBlock(id="t1", name="read", input={"path": "forbidden.txt"})], stop_reason="tool_use"),
+        TextReply("done"),
+    )
+    events = await stream_turn(stub, session.identity.session_id, "read it")
+    call = last_of(events, "tool_call")
+    assert call.input_json == '{"path":"allowed.txt"}'
+    # The rewritten call ran: the file does not exist, so the error names the rewritten path.
+    assert last_of(events, "tool_error").error == "File not found: allowed.txt"

@@ -40,6 +40,7 @@ from general_agent_server.core.events import (
     TurnComplete,
 )
 from general_agent_server.core.history import HistoryMessage
+from general_agent_server.core.hooks import HookRunner
 from general_agent_server.core.model import Credential, ModelClient
 from general_agent_server.core.request_builder import user_content_blocks
 from general_agent_server.core.runner import CommitRefused, RunDriver
@@ -84,6 +85,7 @@ class ActorDeps:
     credentials: CredentialSource
     global_hosted_tools: tuple[HostedToolDefinition, ...] = ()
     event_log: EventLog | None = None
+    hooks: HookRunner | None = None
 
 
 @dataclass(kw_only=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from general_agent_server.core.content import ContentPart, ImagePart, TextPart
@@ -83,8 +84,12 @@ def build_request(
     history: Sequence[HistoryMessage],
     tools: list[dict[str, Any]],
     max_tokens_cap: int,
+    prepend_context: str = "",
+    run_id: str = "",
 ) -> ModelRequest:
     max_tokens = effective_max_tokens(config, model_ref, max_tokens_cap)
+    if prepend_context:
+        history = _with_prepended_context(history, run_id, prepend_context)
     messages = history_messages(history, model_ref)
     _mark_cache_breakpoint(messages)
     system = [{"type": "text", "text": system_prompt, "cache_control": _EPHEMERAL}] if system_prompt else []
@@ -96,6 +101,25 @@ def build_request(
         tools=tools,
         thinking=thinking_param(config, model_ref, max_tokens),
     )
+
+
+def _with_prepended_context(history: Sequence[HistoryMessage], run_id: str, context: str) -> list[HistoryMessage]:
+    """A before_prompt_build `prependContext` goes before the first text of the run's user message, for
+    the model only: the stored history (and the transcript) keep the original (spec 7)."""
+    out = list(history)
+    for index, message in enumerate(out):
+        if message.role != "user" or message.run_id != run_id:
+            continue
+        blocks = list(message.content)
+        for position, block in enumerate(blocks):
+            if block.get("type") == "text":
+                blocks[position] = {**block, "text": f"{context}\n\n{block['text']}"}
+                break
+        else:
+            blocks.insert(0, {"type": "text", "text": context})
+        out[index] = replace(message, content=tuple(blocks))
+        break
+    return out
 
 
 def _mark_cache_breakpoint(messages: list[dict[str, Any]]) -> None:

@@ -37,6 +37,7 @@ from general_agent_server.core.events import (
     UsageSnapshotEvent,
 )
 from general_agent_server.core.history import HistoryMessage
+from general_agent_server.core.hooks import HookFailedError, apply_model_override, system_prompt_with_context
 from general_agent_server.core.model import (
     MessageComplete,
     ModelCallError,
@@ -165,6 +166,10 @@ class RunDriver:
         self._last_stop_reason: StopReason | None = StopReason.TOOL_USE if resume_round else None
         self._suspended = False
         self._tasks: dict[str, asyncio.Task[Any]] = {}
+        # What the model/prompt hooks decided for this run (None until they have run).
+        self._model_ref: str | None = None
+        self._system_prompt: str | None = None
+        self._prepend_context = ""
         # A resolved result not yet committed, carried into the next commit of the round.
         self._carry: tuple[list[SequencedEvent], list[TranscriptEntry], list[ToolCallRecord]] = ([], [], [])
 
@@ -186,6 +191,7 @@ class RunDriver:
                 return  # the stop came while the terminal commit landed: the run has its one run_finished
             await self._finish_stopped()
         except _RunFailed as failure:
+            await self.run.admitted.wait()
             await self._close_round(failure.detail.message, ResolvedBy.STOP)
             await self._finish(
                 RunOutcome.FAILED,
@@ -266,13 +272,20 @@ class RunDriver:
             tools = actor.toolset()
             config = actor.record.config
             history, self._first_history = self._first_history or actor.history, None
+            if self._model_ref is None:
+                self._model_ref = run.model_ref
+                if self._resume_round is None:
+                    await self._prepare_prompt(history)
+            model_ref = self._model_ref
             request = build_request(
                 config=config,
                 model_ref=model_ref,
-                system_prompt=config.system_prompt,
+                system_prompt=config.system_prompt if self._system_prompt is None else self._system_prompt,
                 history=history,
                 tools=tools.definitions(),
                 max_tokens_cap=actor.settings.max_tokens_cap,
+                prepend_context=self._prepend_context,
+                run_id=run.run_id,
             )
             self._partial_text = []
             self._in_model_call = True
@@ -420,14 +433,6 @@ class RunDriver:
         for position, block in enumerate(tool_uses):
             call_id, name = str(block["id"]), str(block["name"])
             arguments = block.get("input")
-            input_json = json.dumps(arguments if arguments is not None else {}, separators=(",", ":"))
-            call = actor.stamp(run.run_id, ToolCall(call_id=call_id, tool_name=name, input_json=input_json))
-            events.append(call)
-            transcript.append(
-                actor.transcript_entry(
-                    run.run_id, ToolCallEntry(call_id=call_id, tool_name=name, input_json=input_json), call.sequence
-                )
-            )
             spec = tools.lookup(name)
             error: str | None
             if over_limit:
@@ -436,6 +441,17 @@ class RunDriver:
                 error = f"Tool {name} not found"
             else:
                 error = tools.validation_error(name, arguments)
+                if error is None and isinstance(arguments, dict):
+                    arguments, error = await self._before_tool_call(name, call_id, arguments, tools)
+            # tool_call carries the final input (after before_tool_call rewrites), spec 5.3.
+            input_json = json.dumps(arguments if arguments is not None else {}, separators=(",", ":"))
+            call = actor.stamp(run.run_id, ToolCall(call_id=call_id, tool_name=name, input_json=input_json))
+            events.append(call)
+            transcript.append(
+                actor.transcript_entry(
+                    run.run_id, ToolCallEntry(call_id=call_id, tool_name=name, input_json=input_json), call.sequence
+                )
+            )
             record = ToolCallRecord(
                 tenant=actor.tenant,
                 session_id=actor.session_id,
@@ -477,6 +493,81 @@ class RunDriver:
             return False
         await self._complete_round()
         return True
+
+    def _hook_context(self, **extra: str) -> dict[str, Any]:
+        actor = self.actor
+        return {
+            "sessionId": actor.session_id,
+            "sessionKey": actor.record.identity.session_key,
+            "runId": self.run.run_id,
+            "workspaceDir": str(actor.workspace),
+            **extra,
+        }
+
+    async def _run_hook(self, hook: str, event: dict[str, Any], **context: str) -> dict[str, Any] | None:
+        hooks = self.actor.deps.hooks
+        if hooks is None:
+            return None
+        try:
+            outcome = await hooks.run(
+                hook, event, self._hook_context(**context), tenant=self.actor.tenant, session_id=self.actor.session_id
+            )
+        except HookFailedError as exc:
+            raise _RunFailed(
+                RunReason.HOOK_FAILED,
+                ErrorDetail(code=ErrorCode.FAILED_PRECONDITION, reason="HOOK_FAILED", message=str(exc)),
+                self._last_stop_reason,
+            ) from None
+        return outcome.result
+
+    async def _before_tool_call(
+        self, name: str, call_id: str, arguments: dict[str, Any], tools: ToolSet
+    ) -> tuple[dict[str, Any], str | None]:
+        """A block becomes the call's error; rewritten params are shallow-merged over the original
+        arguments and validated again (spec 7)."""
+        result = await self._run_hook(
+            "before_tool_call",
+            {"toolName": name, "params": arguments, "runId": self.run.run_id, "toolCallId": call_id},
+            toolName=name,
+            toolCallId=call_id,
+        )
+        if not result:
+            return arguments, None
+        if result.get("block") is True:
+            return arguments, str(result.get("blockReason") or "Tool call blocked by plugin hook")
+        params = result.get("params")
+        if isinstance(params, dict):
+            arguments = {**arguments, **params}
+            return arguments, tools.validation_error(name, arguments)
+        return arguments, None
+
+    async def _prepare_prompt(self, history: list[HistoryMessage]) -> None:
+        """The model/prompt hooks, once per run before its first model call (spec 7; seed §5.3 order:
+        before_model_resolve, before_agent_start, before_prompt_build)."""
+        if self.actor.deps.hooks is None:
+            return
+        message = next((m for m in reversed(history) if m.role == "user" and m.run_id == self.run.run_id), None)
+        prompt = "\n".join(
+            str(b.get("text", "")) for b in (message.content if message else ()) if b.get("type") == "text"
+        )
+        resolve = await self._run_hook("before_model_resolve", {"prompt": prompt})
+        legacy = await self._run_hook("before_agent_start", {"prompt": prompt, "messageCount": len(history)})
+        build = await self._run_hook("before_prompt_build", {"prompt": prompt, "messageCount": len(history)})
+        model_result = (
+            resolve if resolve and (resolve.get("modelOverride") or resolve.get("providerOverride")) else legacy
+        )
+        self._model_ref = apply_model_override(self.run.model_ref, model_result)
+        merged: dict[str, Any] = {}
+        for result in (build, legacy):  # the new hook first, then the legacy one
+            if not result:
+                continue
+            if result.get("systemPrompt") and "systemPrompt" not in merged:
+                merged["systemPrompt"] = result["systemPrompt"]
+            for key in ("prependContext", "prependSystemContext", "appendSystemContext"):
+                if result.get(key):
+                    merged[key] = f"{merged[key]}\n\n{result[key]}" if merged.get(key) else result[key]
+        self._system_prompt = system_prompt_with_context(self.actor.record.config.system_prompt, merged or None)
+        self._prepend_context = str(merged.get("prependContext", ""))
 
     def _result_entry(self, record: ToolCallRecord, result: CallResult, sequence: int) -> TranscriptEntry:
         return self.actor.transcript_entry(

@@ -109,6 +109,7 @@ class AgentCore:
         self.exporter = exporter
         self.catalog = catalog
         self.global_hosted_tools = global_hosted_tools
+        self.hooks = HookRunner(HookRegistry())
         self.registry = ActorRegistry(
             ActorDeps(
                 store=store,
@@ -119,11 +120,11 @@ class AgentCore:
                 credentials=self.resolve_credential,
                 global_hosted_tools=global_hosted_tools,
                 event_log=event_log,
+                hooks=self.hooks,
             )
         )
         self.event_log = event_log
         self.hook_dialer = hook_dialer
-        self.hooks = HookRunner(HookRegistry())
         self.global_hosted_names = frozenset(t.name for t in global_hosted_tools)
         self.turns = TurnOps(self)
         self._shutting_down = False
