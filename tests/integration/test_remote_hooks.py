@@ -297,3 +297,38 @@ async def test_before_tool_call_rewrites_params_and_tool_call_shows_the_final_in
     assert call.input_json == '{"path":"allowed.txt"}'
     # The rewritten call ran: the file does not exist, so the error names the rewritten path.
     assert last_of(events, "tool_error").error == "File not found: allowed.txt"
+
+
+async def test_prompt_hook_decisions_hold_across_a_hosted_suspension(
+    stub: Stub, fake_model: Any, hosts: list[grpc.aio.Server]
+) -> None:
+    from general_agent.testing import Reply, TextReply, ToolUseBlock
+    from general_agent.v1 import tool_pb2
+    from tests.support.rpc import stream_turn
+
+    host = PromptHost()
+    server = grpc.aio.server()
+    hook_service_pb2_grpc.add_HookServiceServicer_to_server(host, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    hosts.append(server)
+    await stub.RegisterHooks(
+        api.RegisterHooksRequest(
+            registration=registration("prompt", f"127.0.0.1:{port}", "before_model_resolve", "before_prompt_build")
+        )
+    )
+    session = await create_session(
+        stub, system_prompt="Base.", hosted_tools=[tool_pb2.HostedToolDefinition(name="lookup")]
+    )
+    sid = session.identity.session_id
+    fake_model.enqueue(
+        Reply(blocks=[ToolUseBlock(id="h1", name="lookup", input={})], stop_reason="tool_use"), TextReply("done")
+    )
+    await stream_turn(stub, sid, "look")
+    request = api.SubmitHostedToolResultRequest(session_id=sid, call_id="h1", output_json='"found"')
+    [r async for r in stub.SubmitHostedToolResult(request)]
+    first, second = fake_model.requests[-2], fake_model.requests[-1]
+    assert first.model == second.model == "claude-opus-4-6"
+    assert first.system_text == second.system_text == "[policy]\n\nBase.\n\n[suffix]"
+    assert second.messages[0]["content"][0]["text"].startswith("Remember: the user likes tea.")
+    assert host.order.count("before_model_resolve") == 1  # asked once per run

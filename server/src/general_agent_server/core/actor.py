@@ -112,6 +112,9 @@ class ActiveRun:
     # The first model request starts while the admission commits; nothing is emitted before it has.
     admitted: asyncio.Event = field(default_factory=asyncio.Event)
     admission_failed: bool = False
+    # What the model/prompt hooks decided (model ref, system prompt, prependContext): kept for the whole
+    # run, continuations after a suspension included.
+    prompt_plan: tuple[str, str | None, str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -273,9 +273,13 @@ class RunDriver:
             config = actor.record.config
             history, self._first_history = self._first_history or actor.history, None
             if self._model_ref is None:
-                self._model_ref = run.model_ref
-                if self._resume_round is None:
+                if run.prompt_plan is None:
+                    # First model call of the run, or a continuation in a new process: ask the hooks.
+                    self._model_ref = run.model_ref
                     await self._prepare_prompt(history)
+                    run.prompt_plan = (self._model_ref, self._system_prompt, self._prepend_context)
+                else:
+                    self._model_ref, self._system_prompt, self._prepend_context = run.prompt_plan
             model_ref = self._model_ref
             request = build_request(
                 config=config,
