@@ -54,6 +54,13 @@ async def serve(host: Host) -> tuple[grpc.aio.Server, str]:
     return server, f"127.0.0.1:{port}"
 
 
+async def serve_and_register(stub: Stub, hosts: list[grpc.aio.Server], host: Any, plugin: str, *names: str) -> None:
+    """Serves `host` on port 0 and registers it for the given hooks."""
+    server, address = await serve(host)
+    hosts.append(server)
+    await stub.RegisterHooks(api.RegisterHooksRequest(registration=registration(plugin, address, *names)))
+
+
 @pytest.fixture
 async def hosts() -> AsyncIterator[list[grpc.aio.Server]]:
     servers: list[grpc.aio.Server] = []
@@ -218,16 +225,7 @@ async def test_prompt_hooks_shape_what_the_model_receives(
     from general_agent.testing import TextReply
 
     host = PromptHost()
-    server = grpc.aio.server()
-    hook_service_pb2_grpc.add_HookServiceServicer_to_server(host, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    hosts.append(server)
-    await stub.RegisterHooks(
-        api.RegisterHooksRequest(
-            registration=registration("prompt", f"127.0.0.1:{port}", "before_model_resolve", "before_prompt_build")
-        )
-    )
+    await serve_and_register(stub, hosts, host, "prompt", "before_model_resolve", "before_prompt_build")
     session = await create_session(stub, system_prompt="You are helpful.")
     fake_model.enqueue(TextReply("ok"))
     from tests.support.rpc import stream_turn
@@ -251,14 +249,7 @@ async def test_before_tool_call_blocks_and_rewrites(
     from tests.support.rpc import stream_turn
 
     host = PromptHost(block_tools=frozenset({"read"}))
-    server = grpc.aio.server()
-    hook_service_pb2_grpc.add_HookServiceServicer_to_server(host, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    hosts.append(server)
-    await stub.RegisterHooks(
-        api.RegisterHooksRequest(registration=registration("guard", f"127.0.0.1:{port}", "before_tool_call"))
-    )
+    await serve_and_register(stub, hosts, host, "guard", "before_tool_call")
     session = await create_session(stub)
     fake_model.enqueue(
         Reply(blocks=[ToolUseBlock(id="t1", name="read", input={"path": "secret.txt"})], stop_reason="tool_use"),
@@ -279,14 +270,7 @@ async def test_before_tool_call_rewrites_params_and_tool_call_shows_the_final_in
     from tests.support.rpc import stream_turn
 
     host = PromptHost(rewrite={"path": "allowed.txt"})
-    server = grpc.aio.server()
-    hook_service_pb2_grpc.add_HookServiceServicer_to_server(host, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    hosts.append(server)
-    await stub.RegisterHooks(
-        api.RegisterHooksRequest(registration=registration("rewriter", f"127.0.0.1:{port}", "before_tool_call"))
-    )
+    await serve_and_register(stub, hosts, host, "rewriter", "before_tool_call")
     session = await create_session(stub)
     fake_model.enqueue(
         Reply(blocks=[ToolUseBlock(id="t1", name="read", input={"path": "forbidden.txt"})], stop_reason="tool_use"),
@@ -307,16 +291,7 @@ async def test_prompt_hook_decisions_hold_across_a_hosted_suspension(
     from tests.support.rpc import stream_turn
 
     host = PromptHost()
-    server = grpc.aio.server()
-    hook_service_pb2_grpc.add_HookServiceServicer_to_server(host, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    hosts.append(server)
-    await stub.RegisterHooks(
-        api.RegisterHooksRequest(
-            registration=registration("prompt", f"127.0.0.1:{port}", "before_model_resolve", "before_prompt_build")
-        )
-    )
+    await serve_and_register(stub, hosts, host, "prompt", "before_model_resolve", "before_prompt_build")
     session = await create_session(
         stub, system_prompt="Base.", hosted_tools=[tool_pb2.HostedToolDefinition(name="lookup")]
     )
