@@ -131,6 +131,7 @@ async def test_delete_removes_everything_and_is_ok_for_unknown(stub: Stub, fake_
     sid = session.identity.session_id
     await stream_turn(stub, sid, "hello")
     transcript = Path(session.transcript_path)
+    await _flush_exports(stub, sid)  # the export is written after commit by a background writer
     assert transcript.exists()
     deleted = await stub.DeleteSession(api.DeleteSessionRequest(session_id=sid))
     assert deleted.deleted is True

@@ -23,6 +23,9 @@ class JsonlFiles:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        # Serialises file I/O: a delete must not race a write already handed to a thread (which would
+        # re-create the file after the unlink).
+        self._io_lock = asyncio.Lock()
 
     def path_for(self, tenant: str, session_id: str) -> Path:
         return self._root / tenant / f"{session_id}.jsonl"
@@ -52,9 +55,10 @@ class JsonlFiles:
 
     async def delete(self, tenant: str, session_id: str) -> None:
         path = self.path_for(tenant, session_id)
-        self._pending.pop(path, None)
-        self._truncate.discard(path)
-        await asyncio.to_thread(path.unlink, missing_ok=True)
+        async with self._io_lock:
+            self._pending.pop(path, None)
+            self._truncate.discard(path)
+            await asyncio.to_thread(path.unlink, missing_ok=True)
 
     async def _write_loop(self) -> None:
         while True:
@@ -69,11 +73,12 @@ class JsonlFiles:
                 return
 
     async def _write_pending(self) -> None:
-        if not self._pending and not self._truncate:
-            return
-        pending, self._pending = dict(self._pending), defaultdict(list)
-        truncate, self._truncate = set(self._truncate), set()
-        await asyncio.to_thread(_write_files, pending, truncate)
+        async with self._io_lock:
+            if not self._pending and not self._truncate:
+                return
+            pending, self._pending = dict(self._pending), defaultdict(list)
+            truncate, self._truncate = set(self._truncate), set()
+            await asyncio.to_thread(_write_files, pending, truncate)
 
 
 def _write_files(pending: dict[Path, list[str]], truncate: set[Path]) -> None:
