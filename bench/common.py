@@ -30,7 +30,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, S
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, TypeAlias, TypeVar
+from typing import Any, Final, Generic, TypeAlias, TypeVar
+
+from general_agent.v1 import agent_service_pb2, content_pb2, session_pb2
 
 REPO: Final = Path(__file__).resolve().parents[1]
 RESULTS_DIR: Final = REPO / "bench" / "results"
@@ -629,3 +631,86 @@ def service_tool_definitions() -> list[Any]:
     from general_agent_server.tools.catalog import builtin_catalog
 
     return builtin_catalog().for_session(coding=False, allowed=()).definitions()
+
+
+_B = TypeVar("_B")
+_S = TypeVar("_S")
+
+
+@dataclass
+class PairedSamples(Generic[_B, _S]):
+    """What `measure_pairs` collected: the measured samples, this process's CPU per baseline iteration, the
+    window figures, and the processes' thread affinities and service RSS at the end."""
+
+    base: list[_B]
+    service: list[_S]
+    base_cpu: list[float]
+    window: MeasuredWindow
+    affinity: dict[str, list[str]]
+    service_rss_kb: int
+
+
+async def measure_pairs(
+    baseline_once: Callable[[], Awaitable[_B]],
+    service_once: Callable[[], Awaitable[_S]],
+    *,
+    fake: ManagedProcess,
+    service: ManagedProcess,
+    iterations: int,
+    warmup: int,
+    limit_s: float,
+) -> PairedSamples[_B, _S]:
+    """Interleaved baseline/service iterations (ABAB, so machine noise hits both), warm-up discarded, the
+    measured ones inside a MeasuredWindow."""
+    base: list[_B] = []
+    svc: list[_S] = []
+    base_cpu: list[float] = []
+
+    async def one_pair() -> None:
+        cpu0 = time.process_time()
+        base.append(await run_timed(baseline_once, "baseline", fake, limit_s=limit_s))
+        base_cpu.append(time.process_time() - cpu0)
+        svc.append(await run_timed(service_once, "service", fake, service, limit_s=limit_s))
+
+    for _ in range(warmup):
+        await one_pair()
+    base.clear()
+    svc.clear()
+    base_cpu.clear()
+    with MeasuredWindow(service, fake) as window:
+        for _ in range(iterations):
+            await one_pair()
+    service.check_alive()
+    fake.check_alive()
+    affinity = {
+        "service threads": thread_affinities(service.pid),
+        "fake threads": thread_affinities(fake.pid),
+        "client threads": thread_affinities(os.getpid()),
+    }
+    return PairedSamples(
+        base=base,
+        service=svc,
+        base_cpu=base_cpu,
+        window=window,
+        affinity=affinity,
+        service_rss_kb=process_rss_kb(service.pid),
+    )
+
+
+async def new_session(stub: Any, model_ref: str) -> tuple[str, int]:
+    """A fresh session for one service iteration: its id and the CreateSession time (ns, not timed)."""
+    c0 = time.perf_counter_ns()
+    created = await stub.CreateSession(
+        agent_service_pb2.CreateSessionRequest(session=session_pb2.Session(model_ref=model_ref))
+    )
+    return str(created.session.identity.session_id), time.perf_counter_ns() - c0
+
+
+def stream_turn(stub: Any, session_id: str, prompt: str) -> Any:
+    """The StreamTurn call of a one-text-part turn."""
+    return stub.StreamTurn(
+        agent_service_pb2.StreamTurnRequest(
+            session_id=session_id,
+            input=[content_pb2.ContentPart(text=content_pb2.TextPart(text=prompt))],
+        )
+    )

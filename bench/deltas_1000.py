@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import statistics
 import time
 from typing import Any, Final, NamedTuple
@@ -29,21 +28,19 @@ import grpc
 from bench.common import (
     BenchContext,
     BenchError,
-    MeasuredWindow,
     Result,
     environment,
     latency_stats,
     loadavg,
-    process_rss_kb,
-    run_timed,
+    measure_pairs,
+    new_session,
     start_fake,
     start_service,
+    stream_turn,
     temp_workdir,
-    thread_affinities,
 )
 from general_agent.testing import text_deltas
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc, content_pb2, event_pb2, session_pb2
+from general_agent.v1 import agent_service_pb2_grpc, event_pb2
 
 NAME: Final = "deltas_1000"
 TITLE: Final = "a 1,000-delta turn, request → last event (service over gRPC vs bare anthropic SDK)"
@@ -111,22 +108,12 @@ class _Service:
         self.stub = agent_service_pb2_grpc.AgentServiceStub(self.channel)
 
     async def once(self) -> _Sample:
-        c0 = time.perf_counter_ns()
-        created = await self.stub.CreateSession(
-            api.CreateSessionRequest(session=session_pb2.Session(model_ref=MODEL_REF))
-        )
-        create_ns = time.perf_counter_ns() - c0
-        session_id = str(created.session.identity.session_id)
+        session_id, create_ns = await new_session(self.stub, MODEL_REF)
         first_ns = end_ns = 0
         text: list[str] = []
         finished: Any = None
         t0 = time.perf_counter_ns()
-        call = self.stub.StreamTurn(
-            api.StreamTurnRequest(
-                session_id=session_id,
-                input=[content_pb2.ContentPart(text=content_pb2.TextPart(text=PROMPT))],
-            )
-        )
+        call = stream_turn(self.stub, session_id, PROMPT)
         async for response in call:
             event = response.event
             kind = event.WhichOneof("event")
@@ -177,34 +164,17 @@ async def run(ctx: BenchContext) -> Result:
         stack.push_async_callback(service_client.close)
         await asyncio.wait_for(service_client.channel.channel_ready(), ITERATION_TIMEOUT)
 
-        base: list[_Sample] = []
-        svc: list[_Sample] = []
-        base_cpu: list[float] = []
-
-        async def one_pair() -> None:
-            cpu0 = time.process_time()
-            base.append(await run_timed(baseline.once, "baseline", fake, limit_s=ITERATION_TIMEOUT))
-            base_cpu.append(time.process_time() - cpu0)
-            svc.append(await run_timed(service_client.once, "service", fake, service, limit_s=ITERATION_TIMEOUT))
-
-        for _ in range(warmup):
-            await one_pair()
-        base.clear()
-        svc.clear()
-        base_cpu.clear()
-
-        with MeasuredWindow(service, fake) as window:
-            for _ in range(iterations):
-                await one_pair()
-
-        service.check_alive()
-        fake.check_alive()
-        affinity = {
-            "service threads": thread_affinities(service.pid),
-            "fake threads": thread_affinities(fake.pid),
-            "client threads": thread_affinities(os.getpid()),
-        }
-        service_rss_kb = process_rss_kb(service.pid)
+        pairs = await measure_pairs(
+            baseline.once,
+            service_client.once,
+            fake=fake,
+            service=service,
+            iterations=iterations,
+            warmup=warmup,
+            limit_s=ITERATION_TIMEOUT,
+        )
+        base, svc, base_cpu, window = pairs.base, pairs.service, pairs.base_cpu, pairs.window
+        affinity, service_rss_kb = pairs.affinity, pairs.service_rss_kb
 
     b = latency_stats([x.total for x in base])
     s = latency_stats([x.total for x in svc])

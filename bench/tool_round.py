@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any, Final, NamedTuple
@@ -32,22 +31,20 @@ import grpc
 from bench.common import (
     BenchContext,
     BenchError,
-    MeasuredWindow,
     Result,
     environment,
     latency_stats,
     loadavg,
-    process_rss_kb,
-    run_timed,
+    measure_pairs,
+    new_session,
     service_tool_definitions,
     service_workspace,
     start_fake,
     start_service,
+    stream_turn,
     temp_workdir,
-    thread_affinities,
 )
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc, content_pb2, event_pb2, session_pb2
+from general_agent.v1 import agent_service_pb2_grpc, event_pb2
 
 NAME: Final = "tool_round"
 TITLE: Final = "tool round trip: tool_use → local read → text (service over gRPC vs bare anthropic SDK)"
@@ -158,12 +155,7 @@ class _Service:
         self.workspace_root = workspace_root
 
     async def once(self) -> _ServiceSample:
-        c0 = time.perf_counter_ns()
-        created = await self.stub.CreateSession(
-            api.CreateSessionRequest(session=session_pb2.Session(model_ref=MODEL_REF))
-        )
-        create_ns = time.perf_counter_ns() - c0
-        session_id = str(created.session.identity.session_id)
+        session_id, create_ns = await new_session(self.stub, MODEL_REF)
         workspace = self.workspace_root / TENANT / session_id
         workspace.mkdir(parents=True, exist_ok=True)
         (workspace / FILE_NAME).write_text(FILE_TEXT, encoding="utf-8")
@@ -172,12 +164,7 @@ class _Service:
         text: list[str] = []
         finished: Any = None
         t0 = time.perf_counter_ns()
-        call = self.stub.StreamTurn(
-            api.StreamTurnRequest(
-                session_id=session_id,
-                input=[content_pb2.ContentPart(text=content_pb2.TextPart(text=PROMPT))],
-            )
-        )
+        call = stream_turn(self.stub, session_id, PROMPT)
         async for response in call:
             event = response.event
             kind = event.WhichOneof("event")
@@ -238,34 +225,17 @@ async def run(ctx: BenchContext) -> Result:
         stack.push_async_callback(service_client.close)
         await asyncio.wait_for(service_client.channel.channel_ready(), ITERATION_TIMEOUT)
 
-        base: list[_BaselineSample] = []
-        svc: list[_ServiceSample] = []
-        base_cpu: list[float] = []
-
-        async def one_pair() -> None:
-            cpu0 = time.process_time()
-            base.append(await run_timed(baseline.once, "baseline", fake, limit_s=ITERATION_TIMEOUT))
-            base_cpu.append(time.process_time() - cpu0)
-            svc.append(await run_timed(service_client.once, "service", fake, service, limit_s=ITERATION_TIMEOUT))
-
-        for _ in range(warmup):
-            await one_pair()
-        base.clear()
-        svc.clear()
-        base_cpu.clear()
-
-        with MeasuredWindow(service, fake) as window:
-            for _ in range(iterations):
-                await one_pair()
-
-        service.check_alive()
-        fake.check_alive()
-        affinity = {
-            "service threads": thread_affinities(service.pid),
-            "fake threads": thread_affinities(fake.pid),
-            "client threads": thread_affinities(os.getpid()),
-        }
-        service_rss_kb = process_rss_kb(service.pid)
+        pairs = await measure_pairs(
+            baseline.once,
+            service_client.once,
+            fake=fake,
+            service=service,
+            iterations=iterations,
+            warmup=warmup,
+            limit_s=ITERATION_TIMEOUT,
+        )
+        base, svc, base_cpu, window = pairs.base, pairs.service, pairs.base_cpu, pairs.window
+        affinity, service_rss_kb = pairs.affinity, pairs.service_rss_kb
 
     b = latency_stats([x.total for x in base])
     s = latency_stats([x.total for x in svc])

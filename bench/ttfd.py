@@ -39,12 +39,13 @@ from bench.common import (
     service_tool_definitions,
     start_fake,
     start_service,
+    stream_turn,
     system_cpu_seconds,
     temp_workdir,
     thread_affinities,
 )
 from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc, content_pb2, event_pb2, session_pb2
+from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2
 
 NAME: Final = "ttfd"
 TITLE: Final = "time to first assistant_delta (service over gRPC vs bare anthropic SDK)"
@@ -122,12 +123,7 @@ class _Service:
         text: list[str] = []
         finished: Any = None
         t0 = time.perf_counter_ns()
-        call = self.stub.StreamTurn(
-            api.StreamTurnRequest(
-                session_id=session_id,
-                input=[content_pb2.ContentPart(text=content_pb2.TextPart(text=PROMPT))],
-            )
-        )
+        call = stream_turn(self.stub, session_id, PROMPT)
         async for response in call:
             event = response.event
             kind = event.WhichOneof("event")
