@@ -628,9 +628,10 @@ def write_result(result: Result) -> Path:
 def service_tool_definitions() -> list[Any]:
     """The tool definitions the service sends a GENERAL session's model (its built-ins), taken from the
     server's own catalog so a baseline request is the same size as the service's."""
+    from general_agent_server.config import ServerSettings
     from general_agent_server.tools.catalog import builtin_catalog
 
-    return builtin_catalog().for_session(coding=False, allowed=()).definitions()
+    return builtin_catalog(ServerSettings()).for_session(coding=False, allowed=()).definitions()
 
 
 _B = TypeVar("_B")

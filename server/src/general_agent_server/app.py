@@ -71,7 +71,7 @@ async def start_server(settings: ServerSettings) -> RunningServer:
         model=model,
         credentials=credentials,
         exporter=TranscriptExporter(state_dir / "transcripts"),
-        catalog=builtin_catalog(settings.tool_limits()),
+        catalog=builtin_catalog(settings),
         global_hosted_tools=settings.hosted_tools,
         event_log=EventLog(state_dir / "events") if settings.event_log else None,
         hook_dialer=GrpcHookDialer(),

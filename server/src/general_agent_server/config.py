@@ -127,6 +127,59 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(name="tool_timeout", kind=float, default=120.0, help="Default seconds a local tool may run."),
     Setting(name="max_tool_output_chars", kind=int, default=100_000, help="Tool output cap (text), with a notice."),
     Setting(
+        name="workspace_mode",
+        kind=str,
+        default="per_session",
+        help="per_session (<workspace_dir>/<tenant>/<session_id>) or shared (<workspace_dir>, one tenant only).",
+    ),
+    Setting(name="exec_enabled", kind=bool, default=True, help="Offer the exec and process tools (CODING mode)."),
+    Setting(name="exec_timeout", kind=float, default=120.0, help="Default seconds an exec command may run."),
+    Setting(name="exec_timeout_max", kind=float, default=1800.0, help="Largest timeout an exec call may ask for."),
+    Setting(
+        name="exec_env_allow",
+        kind=str,
+        default="PATH,HOME,LANG,LC_ALL,LC_CTYPE,TERM,TZ,USER,LOGNAME,SHELL,TMPDIR",
+        help="Comma-separated environment variables exec commands inherit; nothing else reaches them.",
+    ),
+    Setting(
+        name="ssrf_allow_hosts",
+        kind=str,
+        default="",
+        help="Comma-separated hosts (names or IPs) exempt from the SSRF guard (web_fetch, MCP HTTP, hook targets).",
+    ),
+    Setting(name="web_fetch_cache_ttl_minutes", kind=float, default=15.0, help="web_fetch cache TTL; <=0 disables."),
+    Setting(name="web_fetch_timeout_seconds", kind=float, default=30.0, help="web_fetch timeout per request."),
+    Setting(name="web_fetch_max_chars_cap", kind=int, default=50_000, help="Upper bound on web_fetch maxChars."),
+    Setting(name="web_fetch_max_response_bytes", kind=int, default=2_000_000, help="Bytes of a body web_fetch reads."),
+    Setting(name="web_fetch_max_redirects", kind=int, default=3, help="Redirects web_fetch follows."),
+    Setting(
+        name="web_fetch_user_agent",
+        kind=str,
+        default="Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36",
+        help="User-Agent of web_fetch requests.",
+    ),
+    Setting(name="web_fetch_readability", kind=bool, default=True, help="Extract readable text from HTML."),
+    Setting(
+        name="web_search_duckduckgo_url",
+        kind=str,
+        default="https://html.duckduckgo.com/html",
+        help="DuckDuckGo HTML endpoint (keyless web_search).",
+    ),
+    Setting(
+        name="web_search_brave_url",
+        kind=str,
+        default="https://api.search.brave.com/res/v1/web/search",
+        help="Brave Search endpoint (used when BRAVE_API_KEY or BRAVE_SEARCH_API_KEY is set).",
+    ),
+    Setting(name="web_search_cache_ttl_minutes", kind=float, default=15.0, help="web_search cache TTL; <=0 disables."),
+    Setting(name="checkpoint_max_count", kind=int, default=100, help="File checkpoints kept per session (newest)."),
+    Setting(
+        name="checkpoint_max_bytes",
+        kind=int,
+        default=64 * MIB,
+        help="Bytes of prior file contents kept in checkpoints per session (oldest dropped first).",
+    ),
+    Setting(
         name="anthropic_api_key_file",
         kind=str,
         default="",
@@ -167,12 +220,33 @@ class ServerSettings:
     event_retention_days: float = 7.0
     event_log: bool = False
     max_tool_output_chars: int = 100_000
+    workspace_mode: str = "per_session"
+    exec_enabled: bool = True
+    exec_timeout: float = 120.0
+    exec_timeout_max: float = 1800.0
+    exec_env_allow: str = "PATH,HOME,LANG,LC_ALL,LC_CTYPE,TERM,TZ,USER,LOGNAME,SHELL,TMPDIR"
+    ssrf_allow_hosts: str = ""
+    web_fetch_cache_ttl_minutes: float = 15.0
+    web_fetch_timeout_seconds: float = 30.0
+    web_fetch_max_chars_cap: int = 50_000
+    web_fetch_max_response_bytes: int = 2_000_000
+    web_fetch_max_redirects: int = 3
+    web_fetch_user_agent: str = (
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36"
+    )
+    web_fetch_readability: bool = True
+    web_search_duckduckgo_url: str = "https://html.duckduckgo.com/html"
+    web_search_brave_url: str = "https://api.search.brave.com/res/v1/web/search"
+    web_search_cache_ttl_minutes: float = 15.0
+    checkpoint_max_count: int = 100
+    checkpoint_max_bytes: int = 64 * MIB
     anthropic_api_key_file: str = ""
     # From the environment / TOML only (never flags):
     default_profile: AuthProfile | None = field(default=None, repr=False)
     auth_profiles: Mapping[str, AuthProfile] = field(default_factory=dict, repr=False)
     tenant_default_profiles: Mapping[str, str] = field(default_factory=dict)
     hosted_tools: tuple[HostedToolDefinition, ...] = ()
+    brave_api_key: str = field(default="", repr=False)
 
     def core(self) -> CoreSettings:
         return CoreSettings(
@@ -194,6 +268,10 @@ class ServerSettings:
             event_retention_count=self.event_retention_count,
             event_retention_seconds=self.event_retention_days * 86_400,
         )
+
+    def host_list(self, value: str) -> frozenset[str]:
+        """A comma-separated setting as a set (trimmed, lower-cased, empties dropped)."""
+        return frozenset(item.strip().lower() for item in value.split(",") if item.strip())
 
     def tool_limits(self) -> ToolLimits:
         return ToolLimits(max_output_chars=self.max_tool_output_chars, default_timeout_seconds=self.tool_timeout)
@@ -255,6 +333,7 @@ def load_settings(args: argparse.Namespace | None, environ: Mapping[str, str]) -
         auth_profiles=_profiles(file_values.get("auth_profiles", {}), environ),
         tenant_default_profiles=dict(file_values.get("tenant_default_profiles", {})),
         hosted_tools=_hosted_tools(file_values.get("hosted_tools", [])),
+        brave_api_key=environ.get("BRAVE_API_KEY") or environ.get("BRAVE_SEARCH_API_KEY") or "",
     )
     _validate(settings)
     return settings
@@ -351,9 +430,22 @@ def _validate(settings: ServerSettings) -> None:
         "max_image_bytes",
         "max_message_bytes",
         "subscriber_buffer",
+        "exec_timeout",
+        "exec_timeout_max",
+        "web_fetch_timeout_seconds",
+        "web_fetch_max_chars_cap",
+        "web_fetch_max_response_bytes",
+        "checkpoint_max_count",
+        "checkpoint_max_bytes",
     ):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{name}: must be positive")
+    if settings.workspace_mode not in ("per_session", "shared"):
+        raise ConfigError(f"workspace_mode: expected per_session or shared, got {settings.workspace_mode!r}")
+    if settings.exec_timeout > settings.exec_timeout_max:
+        raise ConfigError("exec_timeout: must not exceed exec_timeout_max")
+    if settings.web_fetch_max_redirects < 0:
+        raise ConfigError("web_fetch_max_redirects: must not be negative")
     for tenant, profile_id in settings.tenant_default_profiles.items():
         if profile_id not in settings.auth_profiles:
             raise ConfigError(f"tenant_default_profiles.{tenant}: unknown profile {profile_id!r}")

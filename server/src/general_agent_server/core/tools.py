@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
@@ -102,6 +102,18 @@ class LocalTool(Protocol):
     def spec(self) -> ToolSpec: ...
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome: ...
+
+
+@runtime_checkable
+class ToolLifecycle(Protocol):
+    """Implemented by tools that own resources outliving one call (background processes): the core tells
+    them when a run was cancelled, when a session goes away, and when the server shuts down."""
+
+    async def run_cancelled(self, tenant: str, session_id: str, run_id: str) -> None: ...
+
+    async def session_closed(self, tenant: str, session_id: str) -> None: ...
+
+    async def aclose(self) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,3 +223,18 @@ class ToolCatalog:
             chosen[name] = tool
         specs = [t.spec for t in chosen.values()] + list(extra)
         return ToolSet(specs, chosen, self.limits)
+
+    def _lifecycles(self) -> list[ToolLifecycle]:
+        return [tool for tool in self.builtins.values() if isinstance(tool, ToolLifecycle)]
+
+    async def run_cancelled(self, tenant: str, session_id: str, run_id: str) -> None:
+        for tool in self._lifecycles():
+            await tool.run_cancelled(tenant, session_id, run_id)
+
+    async def session_closed(self, tenant: str, session_id: str) -> None:
+        for tool in self._lifecycles():
+            await tool.session_closed(tenant, session_id)
+
+    async def aclose(self) -> None:
+        for tool in self._lifecycles():
+            await tool.aclose()
