@@ -14,6 +14,7 @@ from google.protobuf import duration_pb2, json_format, struct_pb2
 
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, hook_pb2, hook_service_pb2, hook_service_pb2_grpc
+from general_agent_server.app import RunningServer
 from tests.conftest import ServerFactory
 from tests.support.rpc import Stub, create_session, rpc_error
 
@@ -59,6 +60,15 @@ async def serve_and_register(stub: Stub, hosts: list[grpc.aio.Server], host: Any
     server, address = await serve(host)
     hosts.append(server)
     await stub.RegisterHooks(api.RegisterHooksRequest(registration=registration(plugin, address, *names)))
+
+
+# Hook hosts listen on loopback, which the SSRF guard refuses unless allow-listed.
+ALLOW_LOOPBACK = {"GENERAL_AGENT_SSRF_ALLOW_HOSTS": "127.0.0.1"}
+
+
+@pytest.fixture
+async def server(server_factory: ServerFactory) -> RunningServer:
+    return await server_factory(ALLOW_LOOPBACK)
 
 
 @pytest.fixture
@@ -167,14 +177,14 @@ async def test_registrations_survive_a_restart(
     host = Host("persisted")
     hook_server, address = await serve(host)
     hosts.append(hook_server)
-    first = await server_factory(state_dir=state)
+    first = await server_factory(ALLOW_LOOPBACK, state_dir=state)
     async with grpc.aio.insecure_channel(first.address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         await stub.RegisterHooks(
             api.RegisterHooksRequest(registration=registration("keep", address, "message_sending"))
         )
     await first.stop(grace=1.0)
-    second = await server_factory(state_dir=state)
+    second = await server_factory(ALLOW_LOOPBACK, state_dir=state)
     async with grpc.aio.insecure_channel(second.address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         response = await emit(stub, "message_sending", {"to": "x", "content": "y"})

@@ -107,6 +107,7 @@ async def start_server(settings: ServerSettings) -> RunningServer:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     address = f"{host}:{port}"
     logger.info("serving on %s", address, extra={"category": "system"})
+    core.gateway_started(port)
     return RunningServer(
         address=address,
         server=server,

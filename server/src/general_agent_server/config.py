@@ -15,6 +15,7 @@ from typing import Any
 
 from general_agent_server.core.credentials import AuthProfile
 from general_agent_server.core.errors import ServiceError
+from general_agent_server.core.plugins import PluginMode, normalise_plugin_ids
 from general_agent_server.core.session import HostedToolDefinition
 from general_agent_server.core.settings import CoreSettings
 from general_agent_server.core.tools import ToolLimits
@@ -180,6 +181,18 @@ SETTINGS: tuple[Setting, ...] = (
         help="Bytes of prior file contents kept in checkpoints per session (oldest dropped first).",
     ),
     Setting(
+        name="plugin_mode",
+        kind=str,
+        default="ALLOWLISTED",
+        help="In-process plugins: DISABLED, ALLOWLISTED (only enabled_plugin_ids) or FULL_EMBEDDED (all installed).",
+    ),
+    Setting(
+        name="enabled_plugin_ids",
+        kind=str,
+        default="",
+        help="Comma-separated plugin ids (entry points of group general_agent.plugins) to load when ALLOWLISTED.",
+    ),
+    Setting(
         name="anthropic_api_key_file",
         kind=str,
         default="",
@@ -240,6 +253,8 @@ class ServerSettings:
     web_search_cache_ttl_minutes: float = 15.0
     checkpoint_max_count: int = 100
     checkpoint_max_bytes: int = 64 * MIB
+    plugin_mode: str = "ALLOWLISTED"
+    enabled_plugin_ids: str = ""
     anthropic_api_key_file: str = ""
     # From the environment / TOML only (never flags):
     default_profile: AuthProfile | None = field(default=None, repr=False)
@@ -267,6 +282,9 @@ class ServerSettings:
             enqueue_timeout_seconds=self.enqueue_timeout,
             event_retention_count=self.event_retention_count,
             event_retention_seconds=self.event_retention_days * 86_400,
+            ssrf_allow_hosts=self.host_list(self.ssrf_allow_hosts),
+            plugin_mode=PluginMode(self.plugin_mode.upper().replace("-", "_")),
+            enabled_plugin_ids=normalise_plugin_ids(self.enabled_plugin_ids.split(",")),
         )
 
     def host_list(self, value: str) -> frozenset[str]:
@@ -440,6 +458,8 @@ def _validate(settings: ServerSettings) -> None:
     ):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{name}: must be positive")
+    if settings.plugin_mode.upper().replace("-", "_") not in PluginMode.__members__:
+        raise ConfigError(f"plugin_mode: expected DISABLED, ALLOWLISTED or FULL_EMBEDDED, got {settings.plugin_mode!r}")
     if settings.workspace_mode not in ("per_session", "shared"):
         raise ConfigError(f"workspace_mode: expected per_session or shared, got {settings.workspace_mode!r}")
     if settings.exec_timeout > settings.exec_timeout_max:

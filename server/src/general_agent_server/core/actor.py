@@ -40,6 +40,8 @@ from general_agent_server.core.events import (
     TurnComplete,
 )
 from general_agent_server.core.history import HistoryMessage
+from general_agent_server.core.hook_payloads import MessageHistory
+from general_agent_server.core.hook_points import SessionHooks
 from general_agent_server.core.hooks import HookRunner
 from general_agent_server.core.model import Credential, ModelClient
 from general_agent_server.core.request_builder import user_content_blocks
@@ -182,6 +184,8 @@ class SessionActor:
         self._deadlines: dict[str, asyncio.TimerHandle] = {}
         self._queue: deque[asyncio.Future[None]] = deque()
         self.background: set[asyncio.Task[None]] = set()
+        self.hooks = SessionHooks(self, deps.hooks)
+        self.session_started_at = time.monotonic()
         # A session left RUNNING by a crash may have sent events that never committed: skip past every
         # reserved sequence. Otherwise everything sent was committed and numbering simply continues.
         if record.state is SessionState.RUNNING:
@@ -322,6 +326,7 @@ class SessionActor:
         tool_calls: list[ToolCallRecord] | None = None,
         clear_transcript: bool = False,
         derive: Callable[[SessionRecord], dict[str, object]] | None = None,
+        transcript_filtered: bool = False,
         **changes: object,
     ) -> None:
         """Commits one step atomically (compare-and-set on the session version), then publishes its
@@ -332,13 +337,20 @@ class SessionActor:
         not wait for the run: they are serialised here, each built from the state the previous one left,
         so two of them never race on the session version or lose each other's changes. Changes that
         depend on the current state come from `derive`, called with the record in turn; it may raise
-        CommitRefused, and then nothing is written."""
+        CommitRefused, and then nothing is written.
+
+        Transcript entries pass the write-path hooks here, in commit order, unless the caller has already
+        passed them (`transcript_filtered`, to keep the seed's hook order within a tool round)."""
 
         async def serialised() -> None:
             async with self._commit_lock:
+                # Write-path hooks see entries in commit order (spec 7); they shape the transcript only.
+                entries = transcript or []
+                if not transcript_filtered:
+                    entries = await self.hooks.filter_transcript(entries)
                 await self._commit_now(
                     events=events or [],
-                    transcript=transcript or [],
+                    transcript=entries,
                     history=history or [],
                     replace_history=replace_history,
                     runs=runs or [],
@@ -449,6 +461,8 @@ class SessionActor:
         ]
         if self.deps.event_log is not None:
             self.deps.event_log.query_started(self.tenant, self.session_id, run_id, turn.parts)
+        self.hooks.begin_run()
+        self._fire_session_start(run_id)
         if self.record.stop_requested:
             # Seed semantics: the message is recorded for people, not given to the model.
             complete = self.stamp(run_id, TurnComplete(stop_reason=StopReason.STOP_REQUESTED))
@@ -490,6 +504,37 @@ class SessionActor:
             raise
         run.admitted.set()
         return run
+
+    def _fire_session_start(self, run_id: str) -> None:
+        """session_start: the first turn of this session in this process. resumedFrom is the fork source
+        for a fork, the session itself when it had history before, empty for a fresh session."""
+        if self.hooks.session_started:
+            return
+        self.hooks.session_started = True
+        self.session_started_at = time.monotonic()
+        origin = self.record.forked_from
+        resumed_from = origin.session_id if origin is not None else (self.session_id if self.history else "")
+        event = {"sessionId": self.session_id, "sessionKey": self.record.identity.session_key}
+        if resumed_from:
+            event["resumedFrom"] = resumed_from
+        self.hooks.fire("session_start", event, run_id)
+
+    async def end_session_hooks(self, *, wait: bool, deleted: bool = False) -> None:
+        """session_end: when the session object ends after session_start fired in this process (as in the
+        seed), and always when the session is deleted."""
+        if not self.hooks.session_started and not deleted:
+            return
+        self.hooks.session_started = False
+        event = {
+            "sessionId": self.session_id,
+            "sessionKey": self.record.identity.session_key,
+            "messageCount": len(self.history),
+            "durationMs": int((time.monotonic() - self.session_started_at) * 1000),
+        }
+        if wait:
+            await self.hooks.fire_and_wait("session_end", event)
+        else:
+            self.hooks.fire("session_end", event, "")
 
     def cancel_run(self, reason: RunReason, run_id: str = "") -> str:
         """Stops an executing run once (not sticky); returns its id, or "" when nothing matched. Safe to
@@ -666,6 +711,7 @@ class SessionActor:
         handle = self._deadlines.pop(call_id, None)
         if handle is not None:
             handle.cancel()
+        self.hooks.after_tool_call(run.run_id, record.tool_name, call_id, record.input_json, result)
         transcript = [
             self.transcript_entry(
                 run.run_id,
@@ -781,6 +827,14 @@ class SessionActor:
     async def reset(self, reason: str) -> None:
         """Clears history, pending calls, usage snapshot and stop flag; numbering and config stay.
         Must be called with the lock held, after stopping any run."""
+        await self.hooks.fire_and_wait(
+            "before_reset",
+            {
+                "sessionFile": str(self.exporter.path_for(self.tenant, self.session_id)),
+                "messages": MessageHistory(tuple(m.api_message() for m in self.history)),
+                "reason": reason,
+            },
+        )
         event = self.stamp("", SessionResetEvent(reason=reason))
         self.round = []
         await self.commit(

@@ -20,3 +20,7 @@ class HistoryMessage:
     run_id: str = ""
     model_ref: str = ""
     format_version: int = HISTORY_FORMAT_VERSION
+
+    def api_message(self) -> dict[str, Any]:
+        """The message as the Messages API takes it."""
+        return {"role": self.role, "content": list(self.content)}

@@ -4,11 +4,12 @@ channel per target, a deadline on every call)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
 from general_agent_server.core.errors import ServiceError, invalid_argument
+from general_agent_server.core.hook_payloads import IncludeMessages, MessageSelection
 from general_agent_server.core.hooks import HOOK_KINDS, FailurePolicy, HandlerFn, HookHandler
 from general_agent_server.core.validation import check_id
 
@@ -19,6 +20,19 @@ class HookBindingSpec:
     priority: int = 0
     timeout_seconds: float | None = None
     failure_policy: FailurePolicy = FailurePolicy.DEFAULT
+    include_messages: IncludeMessages = IncludeMessages.NONE
+    last_n: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HookTlsSpec:
+    """TLS for dialling a target. The client key is a secret: it lives in memory only (never stored,
+    never listed), so a registration using mutual TLS must be made again after a restart."""
+
+    ca_cert_pem: str = ""
+    server_name_override: str = ""
+    client_cert_pem: str = ""
+    client_key_pem: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -26,6 +40,7 @@ class HookRegistrationSpec:
     plugin_id: str
     target: str
     bindings: tuple[HookBindingSpec, ...]
+    tls: HookTlsSpec | None = None
     tenant: str = ""
     session_id: str = ""
     create_time: datetime | None = None
@@ -58,6 +73,10 @@ def check_registration(spec: HookRegistrationSpec, field: str = "registration") 
         seen.add(binding.name)
         if binding.timeout_seconds is not None and binding.timeout_seconds <= 0:
             raise _invalid_hook(f"{field}.hooks[{index}].timeout", "must be positive")
+        if binding.include_messages is IncludeMessages.LAST_N and binding.last_n <= 0:
+            raise _invalid_hook(f"{field}.hooks[{index}].last_n", "must be positive with include_messages LAST_N")
+    if spec.tls is not None and bool(spec.tls.client_cert_pem) != bool(spec.tls.client_key_pem):
+        raise _invalid_hook(f"{field}.target.tls", "client_cert_pem and client_key_pem go together")
 
 
 def _invalid_hook(field_path: str, description: str) -> ServiceError:
@@ -77,6 +96,7 @@ def handlers_for(spec: HookRegistrationSpec, dialer: HookDialer) -> list[HookHan
             failure_policy=binding.failure_policy,
             tenant=spec.tenant,
             scope=spec.session_id,
+            messages=MessageSelection(include=binding.include_messages, last_n=binding.last_n),
         )
         for binding in spec.bindings
     ]

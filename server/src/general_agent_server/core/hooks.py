@@ -13,8 +13,10 @@ import enum
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from general_agent_server.core.hook_payloads import MessageSelection, shape_event
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +104,8 @@ class HookHandler:
     tenant: str = ""
     scope: str = ""
     order: int = 0
+    # How much history this handler gets in `messages`/`historyMessages` (remote default: counts only).
+    messages: MessageSelection = field(default_factory=MessageSelection)
 
     @property
     def timeout(self) -> float:
@@ -137,19 +141,7 @@ class HookRegistry:
         keys = {(h.tenant, h.scope, h.plugin_id) for h in handlers}
         self._handlers = [h for h in self._handlers if (h.tenant, h.scope, h.plugin_id) not in keys]
         for handler in handlers:
-            self._handlers.append(
-                HookHandler(
-                    plugin_id=handler.plugin_id,
-                    hook=handler.hook,
-                    call=handler.call,
-                    priority=handler.priority,
-                    timeout_seconds=handler.timeout_seconds,
-                    failure_policy=handler.failure_policy,
-                    tenant=handler.tenant,
-                    scope=handler.scope,
-                    order=next(self._counter),
-                )
-            )
+            self._handlers.append(replace(handler, order=next(self._counter)))
 
     def unregister(self, plugin_id: str, *, tenant: str = "", scope: str = "") -> bool:
         before = len(self._handlers)
@@ -157,6 +149,14 @@ class HookRegistry:
             h for h in self._handlers if not (h.plugin_id == plugin_id and h.tenant == tenant and h.scope == scope)
         ]
         return len(self._handlers) != before
+
+    def unregister_scope(self, *, tenant: str, scope: str) -> None:
+        """Drops every registration of one session (the session was deleted)."""
+        self._handlers = [h for h in self._handlers if not (h.tenant == tenant and h.scope == scope)]
+
+    def has_handlers(self, hooks: frozenset[str], *, tenant: str = "", session_id: str = "") -> bool:
+        """A cheap test the hot paths use to skip building payloads nobody receives."""
+        return any(h.hook in hooks and h.tenant in ("", tenant) and h.scope in ("", session_id) for h in self._handlers)
 
     def handlers(self, hook: str, *, tenant: str = "", session_id: str = "") -> list[HookHandler]:
         """Server-wide (tenant ""), the tenant's, and the session's handlers: priority desc, then
@@ -295,7 +295,8 @@ class HookRunner:
         call = _Call(handler=handler)
         try:
             call.result = await asyncio.wait_for(
-                handler.call(dict(event), {**context, "pluginId": handler.plugin_id}), timeout
+                handler.call(shape_event(event, handler.messages), {**context, "pluginId": handler.plugin_id}),
+                timeout,
             )
         except TimeoutError:
             call.error = f"timed out after {timeout:g}s"
@@ -326,6 +327,16 @@ class HookRunner:
         if hook not in HOOK_KINDS:
             raise ValueError(f"unknown hook {hook!r}")
         handlers = self.registry.handlers(hook, tenant=tenant, session_id=session_id)
+        return await self._run_handlers(hook, handlers, event, context, budget_seconds)
+
+    async def _run_handlers(
+        self,
+        hook: str,
+        handlers: list[HookHandler],
+        event: JsonObject,
+        context: JsonObject,
+        budget_seconds: float | None,
+    ) -> HookOutcome:
         if not handlers:
             return HookOutcome(result=None, handler_count=0)
         kind = HOOK_KINDS[hook]
@@ -365,9 +376,15 @@ class HookRunner:
                 break
         return HookOutcome(result=acc if contributed and acc else None, handler_count=len(calls), errors=_errors(calls))
 
-    def fire(self, hook: str, event: JsonObject, context: JsonObject, **kwargs: Any) -> None:
-        """Void hooks are dispatched and not awaited: observers never stall a turn."""
-        task = asyncio.create_task(self.run(hook, event, context, **kwargs), name=f"hook-{hook}")
+    def fire(
+        self, hook: str, event: JsonObject, context: JsonObject, *, tenant: str = "", session_id: str = ""
+    ) -> None:
+        """Void hooks are dispatched and not awaited: observers never stall a turn. The handlers are the
+        ones registered at dispatch (a session deleted meanwhile still has its session_end delivered)."""
+        handlers = self.registry.handlers(hook, tenant=tenant, session_id=session_id)
+        if not handlers:
+            return
+        task = asyncio.create_task(self._run_handlers(hook, handlers, event, context, None), name=f"hook-{hook}")
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 

@@ -126,4 +126,10 @@ class ActorRegistry:
         self._idle[key] = actor
         self._idle.move_to_end(key)
         while len(self._idle) > self._settings.max_idle_actors:
-            self._idle.popitem(last=False)
+            _, evicted = self._idle.popitem(last=False)
+            # The session object ends here (a later turn loads a new one and fires session_start again).
+            asyncio.get_running_loop().create_task(evicted.end_session_hooks(wait=False))
+
+    def loaded(self) -> list[SessionActor]:
+        """Every actor in memory, active or idle."""
+        return [*self._actors.values(), *self._idle.values()]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,8 @@ from general_agent_server.core.events import (
     UsageSnapshotEvent,
 )
 from general_agent_server.core.history import HistoryMessage
+from general_agent_server.core.hook_payloads import MessageHistory, without_images
+from general_agent_server.core.hook_points import WRITE_PATH_HOOKS
 from general_agent_server.core.hooks import HookFailedError, apply_model_override, system_prompt_with_context
 from general_agent_server.core.model import (
     MessageComplete,
@@ -56,6 +59,12 @@ if TYPE_CHECKING:
     from general_agent_server.core.actor import ActiveRun, SessionActor
 
 logger = logging.getLogger(__name__)
+
+# Hooks that make the run wait for its admission commit before the first model call (hook order).
+RUN_HOOKS = frozenset({"before_model_resolve", "before_agent_start", "before_prompt_build", "llm_input"}) | (
+    WRITE_PATH_HOOKS
+)
+END_HOOKS = frozenset({"agent_end", "llm_output"})
 
 _STOP_REASONS = {
     "end_turn": StopReason.STOP,
@@ -170,6 +179,7 @@ class RunDriver:
         self._model_ref: str | None = None
         self._system_prompt: str | None = None
         self._prepend_context = ""
+        self._last_call_usage = Usage()
         # A resolved result not yet committed, carried into the next commit of the round.
         self._carry: tuple[list[SequencedEvent], list[TranscriptEntry], list[ToolCallRecord]] = ([], [], [])
 
@@ -187,6 +197,8 @@ class RunDriver:
             if task is not None:
                 task.uncancel()
             await self.run.admitted.wait()
+            # Background processes this run started die with it (exec background).
+            await self.actor.deps.catalog.run_cancelled(self.actor.tenant, self.actor.session_id, self.run.run_id)
             if self.run.record.status is RunStatus.FINISHED:
                 return  # the stop came while the terminal commit landed: the run has its one run_finished
             await self._finish_stopped()
@@ -347,6 +359,7 @@ class RunDriver:
         """Commits the assistant message; returns True when the loop makes another model call."""
         actor, run = self.actor, self.run
         self.usage = self.usage + complete.usage
+        self._last_call_usage = complete.usage
         stop_reason = _STOP_REASONS.get(complete.stop_reason or "", StopReason.ERROR)
         self._last_stop_reason = stop_reason
         snapshot = self._snapshot(complete.usage, model_ref)
@@ -381,6 +394,8 @@ class RunDriver:
             )
             return False
         if tool_uses:
+            # Seed hook order: the assistant preamble is written before the round's before_tool_call hooks.
+            transcript = await actor.hooks.filter_transcript(transcript)
             return await self._tool_round(tool_uses, assistant, events, transcript, changes, tools)
         if complete.stop_reason == "refusal":
             detail = ErrorDetail(
@@ -451,11 +466,10 @@ class RunDriver:
             input_json = json.dumps(arguments if arguments is not None else {}, separators=(",", ":"))
             call = actor.stamp(run.run_id, ToolCall(call_id=call_id, tool_name=name, input_json=input_json))
             events.append(call)
-            transcript.append(
-                actor.transcript_entry(
-                    run.run_id, ToolCallEntry(call_id=call_id, tool_name=name, input_json=input_json), call.sequence
-                )
+            call_entry = actor.transcript_entry(
+                run.run_id, ToolCallEntry(call_id=call_id, tool_name=name, input_json=input_json), call.sequence
             )
+            transcript.extend(await actor.hooks.filter_transcript([call_entry]))
             record = ToolCallRecord(
                 tenant=actor.tenant,
                 session_id=actor.session_id,
@@ -469,9 +483,12 @@ class RunDriver:
             )
             if error is not None:
                 result = CallResult(content=(TextPart(text=error),), is_error=True)
+                actor.hooks.after_tool_call(run.run_id, name, call_id, input_json, result)
                 failed = actor.stamp(run.run_id, result_event(record, result))
                 events.append(failed)
-                transcript.append(self._result_entry(record, result, failed.sequence))
+                transcript.extend(
+                    await actor.hooks.filter_transcript([self._result_entry(record, result, failed.sequence)])
+                )
                 record = replace(
                     record,
                     status=CallStatus.RESOLVED,
@@ -485,7 +502,13 @@ class RunDriver:
         run.record = replace(run.record, tool_calls=run.record.tool_calls + len(tool_uses), usage=self.usage)
         actor.round = records
         await actor.commit(
-            events=events, transcript=transcript, history=[assistant], tool_calls=records, runs=[run.record], **changes
+            events=events,
+            transcript=transcript,
+            history=[assistant],
+            tool_calls=records,
+            runs=[run.record],
+            transcript_filtered=True,
+            **changes,
         )
         if over_limit:
             await self._complete_round()
@@ -498,23 +521,15 @@ class RunDriver:
         await self._complete_round()
         return True
 
-    def _hook_context(self, **extra: str) -> dict[str, Any]:
-        actor = self.actor
-        return {
-            "sessionId": actor.session_id,
-            "sessionKey": actor.record.identity.session_key,
-            "runId": self.run.run_id,
-            "workspaceDir": str(actor.workspace),
-            **extra,
-        }
+    def _remaining_seconds(self) -> float:
+        _, _, deadline = self._limits()
+        return max(0.0, deadline - (utcnow() - self.run.record.started_at).total_seconds())
 
     async def _run_hook(self, hook: str, event: dict[str, Any], **context: str) -> dict[str, Any] | None:
-        hooks = self.actor.deps.hooks
-        if hooks is None:
-            return None
+        """A modifying hook, its timeouts capped by the run's remaining deadline (spec 7)."""
         try:
-            outcome = await hooks.run(
-                hook, event, self._hook_context(**context), tenant=self.actor.tenant, session_id=self.actor.session_id
+            outcome = await self.actor.hooks.run(
+                hook, event, self.run.run_id, budget=self._remaining_seconds(), **context
             )
         except HookFailedError as exc:
             raise _RunFailed(
@@ -522,7 +537,7 @@ class RunDriver:
                 ErrorDetail(code=ErrorCode.FAILED_PRECONDITION, reason="HOOK_FAILED", message=str(exc)),
                 self._last_stop_reason,
             ) from None
-        return outcome.result
+        return outcome.result if outcome is not None else None
 
     async def _before_tool_call(
         self, name: str, call_id: str, arguments: dict[str, Any], tools: ToolSet
@@ -548,15 +563,19 @@ class RunDriver:
     async def _prepare_prompt(self, history: list[HistoryMessage]) -> None:
         """The model/prompt hooks, once per run before its first model call (spec 7; seed §5.3 order:
         before_model_resolve, before_agent_start, before_prompt_build)."""
-        if self.actor.deps.hooks is None:
+        hooks = self.actor.hooks
+        if not hooks.wants(RUN_HOOKS):
             return
+        # The admission's transcript writes (and their write-path hooks) come first in hook order (seed 5.4).
+        await self.run.admitted.wait()
         message = next((m for m in reversed(history) if m.role == "user" and m.run_id == self.run.run_id), None)
         prompt = "\n".join(
             str(b.get("text", "")) for b in (message.content if message else ()) if b.get("type") == "text"
         )
+        before = MessageHistory(tuple(m.api_message() for m in history if m.run_id != self.run.run_id))
         resolve = await self._run_hook("before_model_resolve", {"prompt": prompt})
-        legacy = await self._run_hook("before_agent_start", {"prompt": prompt, "messageCount": len(history)})
-        build = await self._run_hook("before_prompt_build", {"prompt": prompt, "messageCount": len(history)})
+        legacy = await self._run_hook("before_agent_start", {"prompt": prompt, "messages": before})
+        build = await self._run_hook("before_prompt_build", {"prompt": prompt, "messages": before})
         model_result = (
             resolve if resolve and (resolve.get("modelOverride") or resolve.get("providerOverride")) else legacy
         )
@@ -572,6 +591,21 @@ class RunDriver:
                     merged[key] = f"{merged[key]}\n\n{result[key]}" if merged.get(key) else result[key]
         self._system_prompt = system_prompt_with_context(self.actor.record.config.system_prompt, merged or None)
         self._prepend_context = str(merged.get("prependContext", ""))
+        provider, _, model = self._model_ref.rpartition("/")
+        hooks.fire(
+            "llm_input",
+            {
+                "runId": self.run.run_id,
+                "sessionId": self.actor.session_id,
+                "provider": provider or "anthropic",
+                "model": model,
+                "systemPrompt": self._system_prompt,
+                "prompt": f"{self._prepend_context}\n\n{prompt}" if self._prepend_context else prompt,
+                "historyMessages": before,
+                "imagesCount": sum(1 for b in (message.content if message else ()) if b.get("type") == "image"),
+            },
+            self.run.run_id,
+        )
 
     def _result_entry(self, record: ToolCallRecord, result: CallResult, sequence: int) -> TranscriptEntry:
         return self.actor.transcript_entry(
@@ -604,11 +638,16 @@ class RunDriver:
                 tools.execute(record.tool_name, json.loads(record.input_json), context),
                 name=f"tool-{record.tool_name}-{record.call_id}",
             )
+        started = time.monotonic()
         hosted_pending = any(r.status is CallStatus.PENDING and r.kind is CallKind.HOSTED for r in actor.round)
         for index, record in enumerate(local):
             outcome = await self._tasks[record.call_id]
             del self._tasks[record.call_id]
             result = CallResult(content=outcome.content, details_json=outcome.details_json, is_error=outcome.is_error)
+            elapsed_ms = int((time.monotonic() - started) * 1000)
+            actor.hooks.after_tool_call(
+                run.run_id, record.tool_name, record.call_id, record.input_json, result, elapsed_ms
+            )
             # The round's last result rides with the round's results message (one commit fewer per round).
             carry = index == len(local) - 1 and not hosted_pending
             await self._resolve_local(record, result, ResolvedBy.EXECUTED, carry=carry)
@@ -818,3 +857,42 @@ class RunDriver:
             logger.exception("could not commit the end of run %s", run.run_id, extra={"category": "system"})
             actor.record = replace(actor.record, state=SessionState.IDLE, active_run_id="", pending_call_ids=())
             actor.publish(events)
+        self._fire_end_hooks(outcome, stop_reason, error)
+
+    def _fire_end_hooks(self, outcome: RunOutcome, stop_reason: StopReason | None, error: ErrorDetail | None) -> None:
+        """agent_end, then llm_output, dispatched after run_finished (spec 7)."""
+        hooks, run = self.actor.hooks, self.run
+        if not hooks.wants(END_HOOKS):
+            return
+        produced = [m for m in self.actor.history if m.run_id == run.run_id]
+        success = outcome is RunOutcome.COMPLETED
+        event: dict[str, Any] = {
+            "messages": MessageHistory(tuple(m.api_message() for m in produced)),
+            "success": success,
+            "durationMs": int((utcnow() - run.record.started_at).total_seconds() * 1000),
+        }
+        if not success:
+            event["error"] = error.message if error is not None else f"assistant stop reason: {stop_reason}"
+        hooks.fire("agent_end", event, run.run_id)
+        assistants = [m for m in produced if m.role == "assistant"]
+        texts = ["\n".join(b["text"] for b in m.content if b.get("type") == "text") for m in assistants]
+        model_ref = self._model_ref or run.model_ref
+        provider, _, model = model_ref.rpartition("/")
+        output: dict[str, Any] = {
+            "runId": run.run_id,
+            "sessionId": self.actor.session_id,
+            "provider": provider or "anthropic",
+            "model": model,
+            "assistantTexts": texts,
+        }
+        if assistants:
+            usage = self._last_call_usage
+            output["lastAssistant"] = without_images(assistants[-1].api_message())
+            output["usage"] = {
+                "input": usage.input_tokens,
+                "output": usage.output_tokens,
+                "cacheRead": usage.cache_read_input_tokens,
+                "cacheWrite": usage.cache_creation_input_tokens,
+                "total": usage.context_input_tokens + usage.output_tokens,
+            }
+        hooks.fire("llm_output", output, run.run_id)

@@ -8,6 +8,7 @@ import json
 import logging
 import shutil
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -34,6 +35,7 @@ from general_agent_server.core.hook_registrations import (
 from general_agent_server.core.hooks import HOOK_NAMES, HookFailedError, HookOutcome, HookRegistry, HookRunner
 from general_agent_server.core.model import Credential, ModelClient
 from general_agent_server.core.paging import decode_token, encode_token, filters_digest, invalid_token
+from general_agent_server.core.plugins import LoadedPlugins, load_plugins
 from general_agent_server.core.recovery import recover_interrupted_runs
 from general_agent_server.core.registry import ActorRegistry
 from general_agent_server.core.runs import IdempotencyRecord, RunStatus
@@ -48,6 +50,7 @@ from general_agent_server.core.session import (
     SessionState,
 )
 from general_agent_server.core.settings import CoreSettings
+from general_agent_server.core.ssrf import SsrfBlocked, check_host
 from general_agent_server.core.tools import ToolCatalog
 from general_agent_server.core.transcript import TranscriptEntry
 from general_agent_server.core.transcript_export import TranscriptExporter
@@ -125,6 +128,9 @@ class AgentCore:
         )
         self.event_log = event_log
         self.hook_dialer = hook_dialer
+        # Registrations as given (with any mutual-TLS key, which the store never sees), by (tenant, scope, plugin).
+        self._live_registrations: dict[tuple[str, str, str], HookRegistrationSpec] = {}
+        self.plugins = LoadedPlugins(ids=())
         self.global_hosted_names = frozenset(t.name for t in global_hosted_tools)
         self.turns = TurnOps(self)
         self._shutting_down = False
@@ -138,6 +144,9 @@ class AgentCore:
         recovered = await recover_interrupted_runs(self.store, sequence_block=self.settings.sequence_block)
         if recovered:
             logger.info("marked %d interrupted run(s) as FAILED/INTERRUPTED", recovered, extra={"category": "system"})
+        self.plugins = load_plugins(
+            self.hooks.registry, mode=self.settings.plugin_mode, enabled_ids=self.settings.enabled_plugin_ids
+        )
         await self._load_hook_registrations()
         # Suspended sessions come back into memory so their hosted deadlines are armed (expired ones fire).
         for call in await self.store.list_pending_hosted_calls():
@@ -164,6 +173,12 @@ class AgentCore:
         )
         for actor in self.registry.active():
             actor.close_subscribers(error)
+        # session_end for the sessions of this process, and gateway_stop, are awaited within their timeouts.
+        await asyncio.gather(*(a.end_session_hooks(wait=True) for a in self.registry.loaded()))
+        await self._fire_gateway("gateway_stop", {"reason": "shutdown"})
+        await asyncio.gather(*self.hooks.background, return_exceptions=True)
+        # Background processes of tools (exec) die with the server.
+        await self.catalog.aclose()
         await self.exporter.close()
         if self.hook_dialer is not None:
             await self.hook_dialer.close()
@@ -171,6 +186,16 @@ class AgentCore:
             await self.event_log.close()
 
     # ------------------------------------------------------------------ hooks
+    def gateway_started(self, port: int) -> None:
+        """The server listens: gateway_start with the bound port (spec 7), not awaited."""
+        self.hooks.fire("gateway_start", {"port": port}, {"port": port})
+
+    async def _fire_gateway(self, hook: str, event: dict[str, Any]) -> None:
+        try:
+            await self.hooks.run(hook, event, {"port": event.get("port", 0)} if "port" in event else {})
+        except Exception:
+            logger.exception("hook %s failed", hook, extra={"category": "system"})
+
     async def _load_hook_registrations(self) -> None:
         """Registrations persist across restarts (spec 7)."""
         if self.hook_dialer is None:
@@ -185,31 +210,54 @@ class AgentCore:
         return self.hook_dialer
 
     async def register_hooks(self, ctx: CallContext, spec: HookRegistrationSpec) -> HookRegistrationSpec:
-        dialer = self._dialer()
         check_registration(spec)
         if spec.session_id:
             await self.get_session(ctx, spec.session_id)
-        stored = replace(spec, tenant=ctx.tenant, create_time=utcnow())
+        await self._check_hook_target(spec, "registration.target.address")
+        return await self._add_registration(ctx.tenant, spec)
+
+    async def _check_hook_target(self, spec: HookRegistrationSpec, field: str) -> None:
+        """Spec 15: hook targets pass the SSRF guard unless allow-listed."""
+        host = spec.target.rpartition(":")[0].strip("[]")
+        try:
+            await check_host(host, self.settings.ssrf_allow_hosts)
+        except SsrfBlocked as blocked:
+            error = invalid_argument(field, f"hook target refused: {blocked.reason}")
+            error.reason = "INVALID_HOOK"
+            raise error from None
+
+    async def _add_registration(self, tenant: str, spec: HookRegistrationSpec) -> HookRegistrationSpec:
+        dialer = self._dialer()
+        live = replace(spec, tenant=tenant, create_time=spec.create_time or utcnow())
+        # The mutual-TLS client key is a secret: kept in memory, never stored.
+        stored = live if live.tls is None else replace(live, tls=replace(live.tls, client_key_pem=""))
         await self.store.put_hook_registration(
-            ctx.tenant, stored.session_id, stored.plugin_id, codec.HOOK_REGISTRATION.dumps(stored)
+            tenant, stored.session_id, stored.plugin_id, codec.HOOK_REGISTRATION.dumps(stored)
         )
-        self.hooks.registry.register(handlers_for(stored, dialer))
+        self.hooks.registry.register(handlers_for(live, dialer))
+        self._live_registrations[(tenant, live.session_id, live.plugin_id)] = live
         logger.info(
-            "hooks registered by plugin %s", stored.plugin_id, extra={"category": "system", "tenant": ctx.tenant}
+            "hooks registered by plugin %s",
+            stored.plugin_id,
+            extra={"category": "system", "tenant": tenant, "session_id": stored.session_id},
         )
         return stored
+
+    async def session_registrations(self, tenant: str, session_id: str) -> list[HookRegistrationSpec]:
+        return [
+            codec.HOOK_REGISTRATION.loads(document)
+            for owner, scope, _plugin, document in await self.store.list_hook_registrations()
+            if owner == tenant and scope == session_id
+        ]
 
     async def unregister_hooks(self, ctx: CallContext, plugin_id: str, session_id: str = "") -> bool:
         removed = await self.store.delete_hook_registration(ctx.tenant, session_id, plugin_id)
         self.hooks.registry.unregister(plugin_id, tenant=ctx.tenant, scope=session_id)
+        self._live_registrations.pop((ctx.tenant, session_id, plugin_id), None)
         return removed
 
     async def list_hook_registrations(self, ctx: CallContext, session_id: str = "") -> list[HookRegistrationSpec]:
-        return [
-            codec.HOOK_REGISTRATION.loads(document)
-            for tenant, scope, _plugin, document in await self.store.list_hook_registrations()
-            if tenant == ctx.tenant and scope == session_id
-        ]
+        return await self.session_registrations(ctx.tenant, session_id)
 
     async def emit_hook(
         self, ctx: CallContext, hook: str, event: dict[str, Any], context: dict[str, Any], session_id: str = ""
@@ -276,6 +324,7 @@ class AgentCore:
         config: SessionConfig,
         api_key: str = "",
         idem: Idempotency | None = None,
+        hook_registrations: Sequence[HookRegistrationSpec] = (),
     ) -> SessionView:
         self.check_serving()
         replay = await self._replayed(ctx, "CreateSession", idem)
@@ -288,6 +337,16 @@ class AgentCore:
             known_profile=self.credentials.has_profile(config.auth_profile_id),
             global_hosted_names=self.global_hosted_names,
         )
+        if hook_registrations:
+            self._dialer()
+        seen_plugins: set[str] = set()
+        for index, registration in enumerate(hook_registrations):
+            where = f"session.hook_registrations[{index}]"
+            check_registration(registration, where)
+            if registration.plugin_id in seen_plugins:
+                raise invalid_argument(f"{where}.plugin_id", f"plugin {registration.plugin_id!r} listed twice")
+            seen_plugins.add(registration.plugin_id)
+            await self._check_hook_target(registration, f"{where}.target.address")
         session_id = identity.session_id or str(uuid.uuid4())
         if not config.model_ref:
             config = replace(config, model_ref=self.settings.default_model_ref)
@@ -307,6 +366,8 @@ class AgentCore:
             idempotency=self._idempotency_record(ctx, "CreateSession", idem, {"session_id": session_id}),
         )
         await self._insert_session(record, batch)
+        for registration in hook_registrations:
+            await self._add_registration(ctx.tenant, replace(registration, session_id=session_id))
         self.registry.adopt(self.registry.new_actor(record, []))
         if api_key:
             self.registry.memory_keys[(ctx.tenant, session_id)] = api_key
@@ -372,8 +433,17 @@ class AgentCore:
                 await actor.stop_run(RunReason.SESSION_DELETED)
                 actor.disarm_deadlines()
                 actor.close_subscribers()
+            await actor.end_session_hooks(wait=False, deleted=True)
+        elif (record := await self.store.get_session(ctx.tenant, session_id)) is not None:
+            identity = {"sessionId": session_id, "sessionKey": record.identity.session_key}
+            event = {**identity, "messageCount": record.history_message_count, "durationMs": 0}
+            self.hooks.fire("session_end", event, identity, tenant=ctx.tenant, session_id=session_id)
         deleted = await self.store.delete_session(ctx.tenant, session_id)
+        await self.catalog.session_closed(ctx.tenant, session_id)
         self.registry.forget(ctx.tenant, session_id)
+        self.hooks.registry.unregister_scope(tenant=ctx.tenant, scope=session_id)
+        for key in [k for k in self._live_registrations if k[:2] == (ctx.tenant, session_id)]:
+            del self._live_registrations[key]
         await self.exporter.delete(ctx.tenant, session_id)
         if self.event_log is not None:
             await self.event_log.delete(ctx.tenant, session_id)
@@ -456,6 +526,9 @@ class AgentCore:
             idempotency=self._idempotency_record(ctx, "ForkSession", idem, {"session_id": session_id}),
         )
         await self._insert_session(record, batch)
+        for registration in await self.session_registrations(ctx.tenant, source_session_id):
+            live = self._live_registrations.get((ctx.tenant, source_session_id, registration.plugin_id), registration)
+            await self._add_registration(ctx.tenant, replace(live, session_id=session_id, create_time=None))
         actor = self.registry.new_actor(record, history)
         self.registry.adopt(actor)
         self.exporter.append(ctx.tenant, session_id, transcript)

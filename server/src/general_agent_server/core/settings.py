@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from general_agent_server.core.plugins import PluginMode
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CoreSettings:
@@ -31,3 +33,7 @@ class CoreSettings:
     heartbeat_seconds: float = 15.0
     event_retention_count: int = 10_000
     event_retention_seconds: float = 7 * 24 * 3600
+    # Hosts exempt from the SSRF guard (hook targets, web_fetch, MCP HTTP URLs); tests allow loopback.
+    ssrf_allow_hosts: frozenset[str] = frozenset()
+    plugin_mode: PluginMode = PluginMode.ALLOWLISTED
+    enabled_plugin_ids: tuple[str, ...] = ()

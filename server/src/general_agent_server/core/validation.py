@@ -71,8 +71,6 @@ def check_config(
     check_hosted_tools(config.hosted_tools, field=f"{field_prefix}.hosted_tools", global_names=global_hosted_names)
     if config.mcp_servers:
         raise not_implemented("mcp", f"{field_prefix}.mcp_servers")
-    if config.hook_registrations:
-        raise not_implemented("hooks", f"{field_prefix}.hook_registrations")
 
 
 # Spec Appendix D: names hosted tools may not take (built-ins, the seed's reserved names, memory_*, sessions_*).

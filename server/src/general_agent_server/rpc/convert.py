@@ -40,7 +40,8 @@ from general_agent_server.core.bidi import (
 )
 from general_agent_server.core.content import ContentPart, ImagePart, TextPart
 from general_agent_server.core.errors import ServiceError, invalid_argument
-from general_agent_server.core.hook_registrations import HookBindingSpec, HookRegistrationSpec
+from general_agent_server.core.hook_payloads import IncludeMessages
+from general_agent_server.core.hook_registrations import HookBindingSpec, HookRegistrationSpec, HookTlsSpec
 from general_agent_server.core.hooks import FailurePolicy
 from general_agent_server.core.runs import CallResult
 from general_agent_server.core.service import Idempotency, SessionView
@@ -200,8 +201,16 @@ def config_from_proto(session: session_pb2.Session) -> SessionConfig:
         ),
         mcp_servers={name: _json_text(cfg) for name, cfg in session.mcp_servers.items()},
         disabled_mcp_servers=tuple(session.disabled_mcp_servers),
-        hook_registrations=tuple(_json_text(r) for r in session.hook_registrations),
     )
+
+
+def session_registrations(session: session_pb2.Session) -> list[HookRegistrationSpec]:
+    """Hook registrations made in CreateSession; they are stored as registrations of the session, not in
+    its config."""
+    return [
+        registration_from_proto(r, field=f"session.hook_registrations[{i}]")
+        for i, r in enumerate(session.hook_registrations)
+    ]
 
 
 def hosted_tool_from_proto(tool: tool_pb2.HostedToolDefinition, field: str) -> HostedToolDefinition:
@@ -385,6 +394,17 @@ _FAILURE_POLICIES = {
     hook_pb2.HOOK_FAILURE_POLICY_FAIL_CLOSED: FailurePolicy.FAIL_CLOSED,
 }
 _FAILURE_POLICIES_OUT = {v: k for k, v in _FAILURE_POLICIES.items()}
+_INCLUDE_MESSAGES = {
+    hook_pb2.HOOK_INCLUDE_MESSAGES_UNSPECIFIED: IncludeMessages.NONE,
+    hook_pb2.HOOK_INCLUDE_MESSAGES_NONE: IncludeMessages.NONE,
+    hook_pb2.HOOK_INCLUDE_MESSAGES_LAST_N: IncludeMessages.LAST_N,
+    hook_pb2.HOOK_INCLUDE_MESSAGES_ALL: IncludeMessages.ALL,
+}
+_INCLUDE_MESSAGES_OUT = {
+    IncludeMessages.NONE: hook_pb2.HOOK_INCLUDE_MESSAGES_NONE,
+    IncludeMessages.LAST_N: hook_pb2.HOOK_INCLUDE_MESSAGES_LAST_N,
+    IncludeMessages.ALL: hook_pb2.HOOK_INCLUDE_MESSAGES_ALL,
+}
 
 
 def hook_name(value: int) -> str:
@@ -392,11 +412,13 @@ def hook_name(value: int) -> str:
     return hook_pb2.HookName.Name(hook_pb2.HookName.ValueType(value)).removeprefix("HOOK_NAME_").lower()
 
 
-def registration_from_proto(registration: hook_pb2.HookRegistration, session_id: str = "") -> HookRegistrationSpec:
+def registration_from_proto(
+    registration: hook_pb2.HookRegistration, session_id: str = "", field: str = "registration"
+) -> HookRegistrationSpec:
     bindings = []
     for index, binding in enumerate(registration.hooks):
         if binding.name == hook_pb2.HOOK_NAME_UNSPECIFIED:
-            raise invalid_argument(f"registration.hooks[{index}].name", "is required")
+            raise invalid_argument(f"{field}.hooks[{index}].name", "is required")
         bindings.append(
             HookBindingSpec(
                 name=hook_name(binding.name),
@@ -405,12 +427,26 @@ def registration_from_proto(registration: hook_pb2.HookRegistration, session_id:
                 failure_policy=_FAILURE_POLICIES.get(
                     hook_pb2.HookFailurePolicy.ValueType(binding.failure_policy), FailurePolicy.DEFAULT
                 ),
+                include_messages=_INCLUDE_MESSAGES.get(
+                    hook_pb2.HookIncludeMessages.ValueType(binding.include_messages), IncludeMessages.NONE
+                ),
+                last_n=binding.last_n,
             )
+        )
+    tls = None
+    if registration.target.HasField("tls"):
+        given = registration.target.tls
+        tls = HookTlsSpec(
+            ca_cert_pem=given.ca_cert_pem,
+            server_name_override=given.server_name_override,
+            client_cert_pem=given.client_cert_pem,
+            client_key_pem=given.client_key_pem,
         )
     return HookRegistrationSpec(
         plugin_id=registration.plugin_id,
         target=registration.target.address,
         bindings=tuple(bindings),
+        tls=tls,
         session_id=session_id or registration.session_id,
     )
 
@@ -422,11 +458,22 @@ def registration_to_proto(spec: HookRegistrationSpec) -> hook_pb2.HookRegistrati
         session_id=spec.session_id,
         tenant=spec.tenant,
     )
+    if spec.tls is not None:
+        # The client key is input-only: never returned.
+        out.target.tls.CopyFrom(
+            hook_pb2.HookTls(
+                ca_cert_pem=spec.tls.ca_cert_pem,
+                server_name_override=spec.tls.server_name_override,
+                client_cert_pem=spec.tls.client_cert_pem,
+            )
+        )
     for binding in spec.bindings:
         item = out.hooks.add(
             name=hook_pb2.HookName.Value(f"HOOK_NAME_{binding.name.upper()}"),
             priority=binding.priority,
             failure_policy=_FAILURE_POLICIES_OUT[binding.failure_policy],
+            include_messages=_INCLUDE_MESSAGES_OUT[binding.include_messages],
+            last_n=binding.last_n if binding.include_messages is IncludeMessages.LAST_N else 0,
         )
         if (d := _duration(binding.timeout_seconds)) is not None:
             item.timeout.CopyFrom(d)

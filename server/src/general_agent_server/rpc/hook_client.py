@@ -10,7 +10,7 @@ import grpc
 from google.protobuf import json_format
 
 from general_agent.v1 import hook_service_pb2, hook_service_pb2_grpc
-from general_agent_server.core.hook_registrations import HookBindingSpec, HookRegistrationSpec
+from general_agent_server.core.hook_registrations import HookBindingSpec, HookRegistrationSpec, HookTlsSpec
 from general_agent_server.core.hooks import HandlerFn, JsonObject, default_timeout
 
 
@@ -19,15 +19,28 @@ def rpc_name(hook: str) -> str:
     return "".join(part.capitalize() for part in hook.split("_"))
 
 
+def _open_channel(target: str, tls: HookTlsSpec | None) -> grpc.aio.Channel:
+    if tls is None:
+        return grpc.aio.insecure_channel(target)
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=tls.ca_cert_pem.encode() or None,
+        private_key=tls.client_key_pem.encode() or None,
+        certificate_chain=tls.client_cert_pem.encode() or None,
+    )
+    options = [("grpc.ssl_target_name_override", tls.server_name_override)] if tls.server_name_override else []
+    return grpc.aio.secure_channel(target, credentials, options=options)
+
+
 class GrpcHookDialer:
     def __init__(self) -> None:
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        # One channel per distinct (target, TLS settings), reused by every hook of every registration.
+        self._channels: dict[tuple[str, HookTlsSpec | None], grpc.aio.Channel] = {}
 
-    def _stub(self, target: str) -> Any:
-        channel = self._channels.get(target)
+    def _stub(self, target: str, tls: HookTlsSpec | None) -> Any:
+        channel = self._channels.get((target, tls))
         if channel is None:
-            channel = grpc.aio.insecure_channel(target)
-            self._channels[target] = channel
+            channel = _open_channel(target, tls)
+            self._channels[(target, tls)] = channel
         return hook_service_pb2_grpc.HookServiceStub(channel)
 
     def handler(self, registration: HookRegistrationSpec, binding: HookBindingSpec) -> HandlerFn:
@@ -39,7 +52,7 @@ class GrpcHookDialer:
             request = json_format.ParseDict(
                 {"event": event, "context": context}, request_type(), ignore_unknown_fields=True
             )
-            method = getattr(self._stub(registration.target), name)
+            method = getattr(self._stub(registration.target, registration.tls), name)
             try:
                 response = await method(request, timeout=timeout)
             except grpc.aio.AioRpcError as error:

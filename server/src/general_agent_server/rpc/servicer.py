@@ -104,6 +104,7 @@ class AgentServicer(api_grpc.AgentServiceServicer):
             config=convert.config_from_proto(request.session),
             api_key=request.api_key,
             idem=convert.idempotency(request),
+            hook_registrations=convert.session_registrations(request.session),
         )
         return api.CreateSessionResponse(session=convert.session_to_proto(view))
 
