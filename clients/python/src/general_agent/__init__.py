@@ -2,6 +2,7 @@
 
 - :class:`AgentClient`: the async client (``await AgentClient.connect(address)``).
 - :class:`AgentError` and subclasses: failed calls with their decoded ErrorInfo / BadRequest / RetryInfo.
+- :class:`HookServer`: serve ``HookService`` from decorated async handlers and register them.
 - :mod:`general_agent.events`: helpers over ``SessionEvent`` and the forward-compatibility rule.
 - :mod:`general_agent.v1`: the generated messages and stubs.
 - :mod:`general_agent.testing`: test doubles (a fake Anthropic server; needs the ``testing`` extra).
@@ -22,6 +23,7 @@ from general_agent.events import (
     outcome_name,
     text_of,
 )
+from general_agent.hooks import HookServer
 
 __version__ = "0.1.0"
 
@@ -30,6 +32,7 @@ __all__ = [
     "KNOWN_KINDS",
     "AgentClient",
     "AgentError",
+    "HookServer",
     "Image",
     "NoApiKey",
     "SessionAlreadyExists",
