@@ -19,6 +19,7 @@ from tests.conformance.store_suite import (
     all_transcript,
     bump,
     full_session,
+    make_checkpoint,
     make_entry,
     make_event,
     make_message,
@@ -96,6 +97,25 @@ class TestSqliteStore(SessionStoreConformance):
     async def test_user_version_equals_number_of_migrations(self, store: SqliteSessionStore) -> None:
         assert len(MIGRATIONS) >= 1
         assert pragma(store.path, "user_version") == len(MIGRATIONS)
+
+    async def test_no_checkpoint_file_rows_outlive_their_checkpoint(self, store: SqliteSessionStore) -> None:
+        """File rows are invisible through the API once their checkpoint is gone, so count them directly."""
+        tenant, sid = new_tenant(), new_id()
+        await store.create_session(make_session(tenant, sid))
+
+        def file_rows() -> int:
+            with raw(store.path) as conn:
+                row = conn.execute("SELECT COUNT(*) FROM checkpoint_files WHERE tenant=?", (tenant,)).fetchone()
+            return int(row[0])
+
+        checkpoints = [make_checkpoint(str(i)) for i in range(3)]  # two files each
+        for checkpoint in checkpoints:
+            await store.add_checkpoint(tenant, sid, checkpoint, max_count=2, max_bytes=1 << 20)
+        assert file_rows() == 4  # the oldest was dropped by the count bound
+        await store.delete_checkpoints(tenant, sid, [checkpoints[2].checkpoint_id])
+        assert file_rows() == 2
+        await store.delete_session(tenant, sid)
+        assert file_rows() == 0
 
     # ------------------------------------------------------------ migrations
     async def test_reopening_an_existing_file_keeps_data(self, db_path: Path) -> None:

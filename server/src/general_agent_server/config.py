@@ -283,6 +283,8 @@ class ServerSettings:
             event_retention_count=self.event_retention_count,
             event_retention_seconds=self.event_retention_days * 86_400,
             ssrf_allow_hosts=self.host_list(self.ssrf_allow_hosts),
+            checkpoint_max_count=self.checkpoint_max_count,
+            checkpoint_max_bytes=self.checkpoint_max_bytes,
             plugin_mode=PluginMode(self.plugin_mode.upper().replace("-", "_")),
             enabled_plugin_ids=normalise_plugin_ids(self.enabled_plugin_ids.split(",")),
         )

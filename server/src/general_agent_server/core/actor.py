@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from general_agent_server.core.checkpoints import CheckpointRecorder
 from general_agent_server.core.clock import utcnow
 from general_agent_server.core.content import ContentPart, TextPart
 from general_agent_server.core.errors import ErrorCode, ServiceError
@@ -88,6 +89,8 @@ class ActorDeps:
     global_hosted_tools: tuple[HostedToolDefinition, ...] = ()
     event_log: EventLog | None = None
     hooks: HookRunner | None = None
+    # Records file checkpoints around write/edit/apply_patch (None: not recorded).
+    checkpoints: CheckpointRecorder | None = None
 
 
 @dataclass(kw_only=True)

@@ -633,6 +633,7 @@ class RunDriver:
                 run_id=run.run_id,
                 call_id=record.call_id,
                 workspace=actor.workspace,
+                checkpoints=actor.deps.checkpoints,
             )
             self._tasks[record.call_id] = asyncio.create_task(
                 tools.execute(record.tool_name, json.loads(record.input_json), context),

@@ -15,6 +15,8 @@ from typing import Any
 
 from general_agent_server.core import codec
 from general_agent_server.core.actor import ActorDeps, SessionActor
+from general_agent_server.core.checkpoint_service import CheckpointPage, CheckpointService
+from general_agent_server.core.checkpoints import CheckpointBounds, CheckpointRecorder, RestoreResult
 from general_agent_server.core.clock import utcnow
 from general_agent_server.core.credentials import CredentialResolver
 from general_agent_server.core.errors import (
@@ -113,6 +115,11 @@ class AgentCore:
         self.catalog = catalog
         self.global_hosted_tools = global_hosted_tools
         self.hooks = HookRunner(HookRegistry())
+        recorder = CheckpointRecorder(
+            store,
+            CheckpointBounds(max_count=settings.checkpoint_max_count, max_bytes=settings.checkpoint_max_bytes),
+        )
+        self.checkpoints = CheckpointService(store, recorder)
         self.registry = ActorRegistry(
             ActorDeps(
                 store=store,
@@ -124,6 +131,7 @@ class AgentCore:
                 global_hosted_tools=global_hosted_tools,
                 event_log=event_log,
                 hooks=self.hooks,
+                checkpoints=recorder,
             )
         )
         self.event_log = event_log
@@ -600,6 +608,37 @@ class AgentCore:
             await actor.stop_run(RunReason.SESSION_RESET)
             await actor.reset(reason or "manual")
             return self.view(actor.record)
+
+    async def list_checkpoints(
+        self, ctx: CallContext, session_id: str, *, page_size: int, page_token: str
+    ) -> CheckpointPage:
+        return await self.checkpoints.list_checkpoints(
+            ctx.tenant, session_id, page_size=page_size, page_token=page_token
+        )
+
+    async def restore_checkpoint(
+        self, ctx: CallContext, session_id: str, checkpoint_id: str, idem: Idempotency | None = None
+    ) -> RestoreResult:
+        """Rewinds the workspace to before the checkpoint; not while a run could be changing files."""
+        check_session_id(session_id)
+        replay = await self._replayed(ctx, "RestoreCheckpoint", idem)
+        if replay is not None:
+            return RestoreResult(
+                restored_paths=tuple(replay["restored_paths"]), checkpoints_undone=int(replay["checkpoints_undone"])
+            )
+        async with self.registry.use(ctx.tenant, session_id) as actor, actor.lock:
+            if actor.run is not None or actor.record.state is not SessionState.IDLE:
+                raise actor.busy_error()
+            result = await self.checkpoints.restore_checkpoint(ctx.tenant, session_id, checkpoint_id, actor.workspace)
+        record = self._idempotency_record(
+            ctx,
+            "RestoreCheckpoint",
+            idem,
+            {"restored_paths": list(result.restored_paths), "checkpoints_undone": result.checkpoints_undone},
+        )
+        if record is not None:
+            await self.store.write(WriteBatch(tenant=ctx.tenant, session_id=session_id, idempotency=record))
+        return result
 
     async def get_history(
         self, ctx: CallContext, session_id: str, *, page_size: int, page_token: str

@@ -35,5 +35,7 @@ class CoreSettings:
     event_retention_seconds: float = 7 * 24 * 3600
     # Hosts exempt from the SSRF guard (hook targets, web_fetch, MCP HTTP URLs); tests allow loopback.
     ssrf_allow_hosts: frozenset[str] = frozenset()
+    checkpoint_max_count: int = 100
+    checkpoint_max_bytes: int = 64 * 1024 * 1024
     plugin_mode: PluginMode = PluginMode.ALLOWLISTED
     enabled_plugin_ids: tuple[str, ...] = ()

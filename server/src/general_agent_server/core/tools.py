@@ -10,7 +10,7 @@ import asyncio
 import enum
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -86,6 +86,19 @@ class ToolFailure(Exception):
         self.details = details
 
 
+class MutationRecorder(Protocol):
+    """Captures what a mutating call is about to change, so a failure is rolled back and a success can be
+    undone later (implemented by core/checkpoints.py CheckpointRecorder)."""
+
+    async def around(
+        self,
+        context: ToolContext,
+        tool_name: str,
+        paths: Sequence[Path],
+        mutation: Callable[[], Awaitable[ToolOutcome]],
+    ) -> ToolOutcome: ...
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ToolContext:
     tenant: str
@@ -93,6 +106,8 @@ class ToolContext:
     run_id: str
     call_id: str
     workspace: Path
+    # None: mutating tools run without checkpoints.
+    checkpoints: MutationRecorder | None = None
 
 
 class LocalTool(Protocol):
@@ -102,6 +117,15 @@ class LocalTool(Protocol):
     def spec(self) -> ToolSpec: ...
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome: ...
+
+
+@runtime_checkable
+class MutatingTool(LocalTool, Protocol):
+    """A tool that changes workspace files (write, edit, apply_patch): it names the files a call will touch
+    before it runs, so the runtime can checkpoint them. Raises ToolFailure for arguments that name nothing
+    valid (the call then fails without running)."""
+
+    def touched_paths(self, arguments: dict[str, Any], context: ToolContext) -> list[Path]: ...
 
 
 @runtime_checkable
@@ -181,10 +205,28 @@ class ToolSet:
 
     async def execute(self, name: str, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
         """Runs a local tool with its timeout and output cap. Cancellation propagates (the run was
-        stopped); every other failure becomes an is_error outcome."""
+        stopped); every other failure becomes an is_error outcome.
+
+        A mutating tool runs inside the context's checkpoint recorder: a failure, a timeout or a cancellation
+        (the call did not complete) rolls its files back; a success records a checkpoint."""
         tool = self._local.get(name)
         if tool is None:
             return ToolOutcome.error(f"Tool {name} not found")
+        recorder = context.checkpoints
+        if recorder is None or not isinstance(tool, MutatingTool):
+            outcome = await self._run(name, tool, arguments, context)
+        else:
+            try:
+                paths = tool.touched_paths(arguments, context)
+            except ToolFailure as failure:
+                outcome = ToolOutcome.error(failure.message, failure.details)
+            except Exception as exc:
+                outcome = self._unexpected(name, exc)
+            else:
+                outcome = await recorder.around(context, name, paths, lambda: self._run(name, tool, arguments, context))
+        return cap_output(outcome, self._limits.max_output_chars)
+
+    async def _run(self, name: str, tool: LocalTool, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
         timeout = tool.spec.timeout_seconds or self._limits.default_timeout_seconds
         try:
             # asyncio.timeout, not wait_for: a stop that lands as the tool finishes must not be swallowed.
@@ -197,9 +239,13 @@ class ToolSet:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            logger.exception("tool %s failed", name, extra={"category": "tool_result"})
-            outcome = ToolOutcome.error(f"Tool {name} failed: {type(exc).__name__}: {exc}")
-        return cap_output(outcome, self._limits.max_output_chars)
+            outcome = self._unexpected(name, exc)
+        return outcome
+
+    @staticmethod
+    def _unexpected(name: str, exc: Exception) -> ToolOutcome:
+        logger.exception("tool %s failed", name, extra={"category": "tool_result"})
+        return ToolOutcome.error(f"Tool {name} failed: {type(exc).__name__}: {exc}")
 
 
 def image_outcome(data: bytes, mime_type: str, note: str) -> ToolOutcome:

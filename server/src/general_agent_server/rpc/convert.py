@@ -38,6 +38,7 @@ from general_agent_server.core.bidi import (
     StopCommand,
     TurnCommand,
 )
+from general_agent_server.core.checkpoints import CheckpointInfo
 from general_agent_server.core.content import ContentPart, ImagePart, TextPart
 from general_agent_server.core.errors import ServiceError, invalid_argument
 from general_agent_server.core.hook_payloads import IncludeMessages
@@ -384,6 +385,21 @@ def hosted_result_from_proto(request: api.SubmitHostedToolResultRequest | api.Ru
         text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
         return CallResult(content=(TextPart(text=text),), details_json=details or value_json)
     raise invalid_argument("result", "set one of output, output_json or error")
+
+
+# ---------------------------------------------------------------------- checkpoints
+
+
+def checkpoint_to_proto(info: CheckpointInfo) -> tool_pb2.Checkpoint:
+    return tool_pb2.Checkpoint(
+        checkpoint_id=info.checkpoint_id,
+        run_id=info.run_id,
+        tool_call_id=info.call_id,
+        tool_name=info.tool_name,
+        paths=list(info.paths),
+        stored_bytes=info.stored_bytes,
+        create_time=timestamp(info.created_at),
+    )
 
 
 # ---------------------------------------------------------------------- hooks

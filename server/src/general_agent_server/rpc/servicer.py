@@ -49,8 +49,6 @@ CAPABILITIES = (
 UNIMPLEMENTED_RPCS: dict[str, str] = {
     "RequestCompaction": "compaction",
     "MaybeCompactByTokens": "compaction",
-    "ListCheckpoints": "checkpoints",
-    "RestoreCheckpoint": "checkpoints",
     "SetMcpServers": "mcp",
     "GetMcpServers": "mcp",
     "ToggleMcpServer": "mcp",
@@ -330,15 +328,28 @@ class AgentServicer(api_grpc.AgentServiceServicer):
     ) -> api.MaybeCompactByTokensResponse:
         return await _unimplemented(context, "MaybeCompactByTokens")
 
+    @unary
     async def ListCheckpoints(
         self, request: api.ListCheckpointsRequest, context: Context
     ) -> api.ListCheckpointsResponse:
-        return await _unimplemented(context, "ListCheckpoints")
+        page = await self._core.list_checkpoints(
+            call_context(context), request.session_id, page_size=request.page_size, page_token=request.page_token
+        )
+        return api.ListCheckpointsResponse(
+            checkpoints=[convert.checkpoint_to_proto(c) for c in page.checkpoints],
+            next_page_token=page.next_page_token,
+        )
 
+    @unary
     async def RestoreCheckpoint(
         self, request: api.RestoreCheckpointRequest, context: Context
     ) -> api.RestoreCheckpointResponse:
-        return await _unimplemented(context, "RestoreCheckpoint")
+        result = await self._core.restore_checkpoint(
+            call_context(context), request.session_id, request.checkpoint_id, idem=convert.idempotency(request)
+        )
+        return api.RestoreCheckpointResponse(
+            restored_paths=list(result.restored_paths), checkpoints_undone=result.checkpoints_undone
+        )
 
     async def SetMcpServers(self, request: api.SetMcpServersRequest, context: Context) -> api.SetMcpServersResponse:
         return await _unimplemented(context, "SetMcpServers")

@@ -104,4 +104,32 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (tenant, session_id, plugin_id)
     ) WITHOUT ROWID;
     """,
+    # 4: file checkpoints. `position` (never reused) orders a session's checkpoints; the prior file contents
+    # live in their own table (rowid, since rows can be large) so listing never reads them.
+    """
+    CREATE TABLE checkpoints (
+        position INTEGER PRIMARY KEY AUTOINCREMENT,
+        tenant TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        checkpoint_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        tool_name TEXT NOT NULL,
+        create_time_us INTEGER NOT NULL,
+        stored_bytes INTEGER NOT NULL,
+        paths_json TEXT NOT NULL
+    );
+    CREATE UNIQUE INDEX checkpoints_by_id ON checkpoints (tenant, session_id, checkpoint_id);
+    CREATE INDEX checkpoints_by_session ON checkpoints (tenant, session_id, position);
+    CREATE TABLE checkpoint_files (
+        tenant TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        checkpoint_id TEXT NOT NULL,
+        idx INTEGER NOT NULL,
+        path TEXT NOT NULL,
+        existed_before INTEGER NOT NULL,
+        content BLOB NOT NULL,
+        PRIMARY KEY (tenant, session_id, checkpoint_id, idx)
+    );
+    """,
 )

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from general_agent_server.core.checkpoints import CheckpointStore
 from general_agent_server.core.events import SequencedEvent
 from general_agent_server.core.history import HistoryMessage
 from general_agent_server.core.runs import IdempotencyRecord, RunRecord, ToolCallRecord
@@ -72,9 +73,9 @@ class WriteBatch:
     idempotency: IdempotencyRecord | None = None
 
 
-class SessionStore(Protocol):
-    """Durable sessions, model history, transcript, event log, runs and idempotency keys, all scoped
-    by tenant."""
+class SessionStore(CheckpointStore, Protocol):
+    """Durable sessions, model history, transcript, event log, runs, idempotency keys and file checkpoints
+    (the methods of CheckpointStore), all scoped by tenant."""
 
     async def open(self) -> None:
         """Creates or migrates the schema."""
@@ -98,7 +99,7 @@ class SessionStore(Protocol):
         ...
 
     async def delete_session(self, tenant: str, session_id: str) -> bool:
-        """Removes the session and everything it owns; False when it did not exist."""
+        """Removes the session and everything it owns (checkpoints included); False when it did not exist."""
         ...
 
     async def write(self, batch: WriteBatch, *, durable: bool = True) -> None:

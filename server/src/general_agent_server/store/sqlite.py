@@ -14,8 +14,8 @@ import json
 import logging
 import os
 import sqlite3
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,6 +23,8 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from general_agent_server.core import codec
+from general_agent_server.core.checkpoint_files import CheckpointFile
+from general_agent_server.core.checkpoints import Checkpoint, CheckpointInfo
 from general_agent_server.core.events import SequencedEvent
 from general_agent_server.core.history import HistoryMessage
 from general_agent_server.core.runs import IdempotencyRecord, RunRecord, RunStatus, ToolCallRecord
@@ -622,6 +624,76 @@ class SqliteSessionStore:
             rows = await cur.fetchall()
         return [codec.RUN_RECORD.loads(r[0]) for r in rows]
 
+    # ------------------------------------------------------------------ checkpoints
+    async def add_checkpoint(
+        self, tenant: str, session_id: str, checkpoint: Checkpoint, *, max_count: int, max_bytes: int
+    ) -> list[str]:
+        marker = _AddCheckpoint(checkpoint=checkpoint, max_count=max_count, max_bytes=max_bytes)
+        await self._run_operation(WriteBatch(tenant=tenant, session_id=session_id), marker)
+        return marker.dropped
+
+    async def list_checkpoints(
+        self, tenant: str, session_id: str, *, before_position: int = 0, limit: int
+    ) -> list[CheckpointInfo]:
+        conn = self._conn(self._reader)
+        async with conn.execute(
+            "SELECT position, checkpoint_id, run_id, call_id, tool_name, create_time_us, paths_json, stored_bytes"
+            " FROM checkpoints WHERE tenant=? AND session_id=? AND (?=0 OR position<?) ORDER BY position DESC LIMIT ?",
+            (tenant, session_id, before_position, before_position, limit),
+        ) as cur:
+            rows = await cur.fetchall()
+        return [
+            CheckpointInfo(
+                position=r[0],
+                checkpoint_id=r[1],
+                run_id=r[2],
+                call_id=r[3],
+                tool_name=r[4],
+                created_at=from_us(r[5]),
+                paths=tuple(json.loads(r[6])),
+                stored_bytes=r[7],
+            )
+            for r in rows
+        ]
+
+    async def load_checkpoints_down_to(self, tenant: str, session_id: str, checkpoint_id: str) -> list[Checkpoint]:
+        conn = self._conn(self._reader)
+        # One statement, so the checkpoints and their files come from one consistent snapshot.
+        async with conn.execute(
+            "SELECT c.checkpoint_id, c.run_id, c.call_id, c.tool_name, c.create_time_us,"
+            " f.path, f.existed_before, f.content"
+            " FROM checkpoints c LEFT JOIN checkpoint_files f"
+            " ON f.tenant=c.tenant AND f.session_id=c.session_id AND f.checkpoint_id=c.checkpoint_id"
+            " WHERE c.tenant=? AND c.session_id=? AND c.position >="
+            " (SELECT position FROM checkpoints WHERE tenant=? AND session_id=? AND checkpoint_id=?)"
+            " ORDER BY c.position DESC, f.idx",
+            (tenant, session_id, tenant, session_id, checkpoint_id),
+        ) as cur:
+            rows = await cur.fetchall()
+        headers: dict[str, tuple[Any, ...]] = {}
+        files: dict[str, list[CheckpointFile]] = {}
+        for r in rows:
+            headers.setdefault(r[0], tuple(r[:5]))
+            bucket = files.setdefault(r[0], [])
+            if r[5] is not None:
+                bucket.append(CheckpointFile(path=r[5], existed_before=bool(r[6]), prior_content=bytes(r[7])))
+        return [
+            Checkpoint(
+                checkpoint_id=cid,
+                run_id=run_id,
+                call_id=call_id,
+                tool_name=tool_name,
+                created_at=from_us(create_us),
+                files=tuple(files[cid]),
+            )
+            for cid, (_, run_id, call_id, tool_name, create_us) in headers.items()
+        ]
+
+    async def delete_checkpoints(self, tenant: str, session_id: str, checkpoint_ids: Sequence[str]) -> None:
+        await self._run_operation(
+            WriteBatch(tenant=tenant, session_id=session_id), _DeleteCheckpoints(checkpoint_ids=list(checkpoint_ids))
+        )
+
     # ------------------------------------------------------------------ idempotency
     async def put_hook_registration(self, tenant: str, session_id: str, plugin_id: str, registration_json: str) -> None:
         await self._run_operation(
@@ -726,7 +798,16 @@ class _DeleteSession:
         key = (batch.tenant, batch.session_id)
         cur = conn.execute("DELETE FROM sessions WHERE tenant=? AND session_id=?", key)
         self.deleted = cur.rowcount == 1
-        for table in ("history", "transcript", "events", "runs", "tool_calls", "hook_registrations"):
+        for table in (
+            "history",
+            "transcript",
+            "events",
+            "runs",
+            "tool_calls",
+            "hook_registrations",
+            "checkpoints",
+            "checkpoint_files",
+        ):
             conn.execute(f"DELETE FROM {table} WHERE tenant=? AND session_id=?", key)  # noqa: S608
 
 
@@ -794,4 +875,65 @@ class _HookRegistration:
         self.changed = cur.rowcount > 0
 
 
-_Operation = _InsertSession | _DeleteSession | _Lease | _PurgeEvents | _HookRegistration
+def _delete_checkpoint_rows(conn: sqlite3.Connection, key: tuple[str, str], checkpoint_ids: Sequence[str]) -> None:
+    rows = [(*key, cid) for cid in checkpoint_ids]
+    conn.executemany("DELETE FROM checkpoint_files WHERE tenant=? AND session_id=? AND checkpoint_id=?", rows)
+    conn.executemany("DELETE FROM checkpoints WHERE tenant=? AND session_id=? AND checkpoint_id=?", rows)
+
+
+@dataclass
+class _AddCheckpoint:
+    checkpoint: Checkpoint
+    max_count: int
+    max_bytes: int
+    dropped: list[str] = field(default_factory=list)
+
+    def run(self, conn: sqlite3.Connection, batch: WriteBatch) -> None:
+        key = (batch.tenant, batch.session_id)
+        if conn.execute("SELECT 1 FROM sessions WHERE tenant=? AND session_id=?", key).fetchone() is None:
+            return
+        c = self.checkpoint
+        conn.execute(
+            "INSERT INTO checkpoints (tenant, session_id, checkpoint_id, run_id, call_id, tool_name, create_time_us,"
+            " stored_bytes, paths_json) VALUES (?,?,?,?,?,?,?,?,?)",
+            (
+                *key,
+                c.checkpoint_id,
+                c.run_id,
+                c.call_id,
+                c.tool_name,
+                to_us(c.created_at),
+                c.stored_bytes,
+                json.dumps(list(c.paths)),
+            ),
+        )
+        conn.executemany(
+            "INSERT INTO checkpoint_files (tenant, session_id, checkpoint_id, idx, path, existed_before, content)"
+            " VALUES (?,?,?,?,?,?,?)",
+            [(*key, c.checkpoint_id, i, f.path, int(f.existed_before), f.prior_content) for i, f in enumerate(c.files)],
+        )
+        # Oldest first, the new one last: the chain stays contiguous from the newest end.
+        rows = conn.execute(
+            "SELECT checkpoint_id, stored_bytes FROM checkpoints WHERE tenant=? AND session_id=? ORDER BY position",
+            key,
+        ).fetchall()
+        count, total = len(rows), sum(int(r[1]) for r in rows)
+        for checkpoint_id, stored_bytes in rows:
+            if count <= self.max_count and total <= self.max_bytes:
+                break
+            self.dropped.append(str(checkpoint_id))
+            count, total = count - 1, total - int(stored_bytes)
+        _delete_checkpoint_rows(conn, key, self.dropped)
+
+
+@dataclass
+class _DeleteCheckpoints:
+    checkpoint_ids: list[str]
+
+    def run(self, conn: sqlite3.Connection, batch: WriteBatch) -> None:
+        _delete_checkpoint_rows(conn, (batch.tenant, batch.session_id), self.checkpoint_ids)
+
+
+_Operation = (
+    _InsertSession | _DeleteSession | _Lease | _PurgeEvents | _HookRegistration | _AddCheckpoint | _DeleteCheckpoints
+)
