@@ -53,6 +53,7 @@ from general_agent_server.core.session import (
 )
 from general_agent_server.core.settings import CoreSettings
 from general_agent_server.core.ssrf import SsrfBlocked, check_host
+from general_agent_server.core.subagents import SubagentTool
 from general_agent_server.core.tools import ToolCatalog
 from general_agent_server.core.transcript import TranscriptEntry
 from general_agent_server.core.transcript_export import TranscriptExporter
@@ -112,7 +113,9 @@ class AgentCore:
         self.model = model
         self.credentials = credentials
         self.exporter = exporter
-        self.catalog = catalog
+        # The subagents tool drives child sessions through this core, so it joins the catalog here.
+        self.catalog = replace(catalog, builtins={**catalog.builtins, "subagents": SubagentTool(self)})
+        catalog = self.catalog
         self.global_hosted_tools = global_hosted_tools
         self.hooks = HookRunner(HookRegistry())
         recorder = CheckpointRecorder(
@@ -381,6 +384,43 @@ class AgentCore:
             self.registry.memory_keys[(ctx.tenant, session_id)] = api_key
         logger.info("session created", extra={"category": "system", "tenant": ctx.tenant, "session_id": session_id})
         return self.view(record)
+
+    async def create_child_session(
+        self,
+        tenant: str,
+        *,
+        parent_session_id: str,
+        identity: SessionIdentity,
+        config: SessionConfig,
+        agent_id: str,
+    ) -> None:
+        """A subagent child: stored with its parent, the parent's credential carried over."""
+        now = utcnow()
+        record = SessionRecord(
+            tenant=tenant,
+            identity=identity,
+            config=config,
+            create_time=now,
+            update_time=now,
+            version=1,
+            sequence_reserved=self.settings.sequence_block,
+            parent_session_id=parent_session_id,
+        )
+        await self._insert_session(record, WriteBatch(tenant=tenant, session_id=identity.session_id))
+        actor = self.registry.new_actor(record, [])
+        actor.hooks.agent_id = agent_id
+        self.registry.adopt(actor)
+        parent_key = self.registry.memory_keys.get((tenant, parent_session_id))
+        if parent_key:
+            self.registry.memory_keys[(tenant, identity.session_id)] = parent_key
+
+    async def stop_child(self, tenant: str, session_id: str) -> None:
+        """The parent's run was stopped or cancelled: the child's run ends too, and is waited for."""
+        actor = self.registry.peek(tenant, session_id)
+        if actor is None:
+            return
+        async with actor.lock:
+            await actor.stop_run(RunReason.CANCELLED)
 
     async def _insert_session(self, record: SessionRecord, batch: WriteBatch) -> None:
         try:

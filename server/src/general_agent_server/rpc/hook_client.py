@@ -13,6 +13,20 @@ from general_agent.v1 import hook_service_pb2, hook_service_pb2_grpc
 from general_agent_server.core.hook_registrations import HookBindingSpec, HookRegistrationSpec, HookTlsSpec
 from general_agent_server.core.hooks import HandlerFn, JsonObject, default_timeout
 
+# Typed enums of hook results, back to the seed's string values the runner merges.
+_SPAWNING_STATUS = {"SUBAGENT_SPAWNING_STATUS_OK": "ok", "SUBAGENT_SPAWNING_STATUS_ERROR": "error"}
+
+
+def _seed_shape(result: JsonObject) -> JsonObject:
+    status = result.get("status")
+    if isinstance(status, str) and status.startswith("SUBAGENT_SPAWNING_STATUS_"):
+        seed = _SPAWNING_STATUS.get(status)
+        if seed is None:
+            result.pop("status")
+        else:
+            result["status"] = seed
+    return result
+
 
 def rpc_name(hook: str) -> str:
     """`before_tool_call` → `BeforeToolCall`."""
@@ -62,7 +76,7 @@ class GrpcHookDialer:
             if "result" not in response.DESCRIPTOR.fields_by_name or not response.HasField("result"):
                 return None
             result: JsonObject = json_format.MessageToDict(response.result)
-            return result
+            return _seed_shape(result)
 
         return call
 
