@@ -355,3 +355,18 @@ async def test_general_mode_session_gets_read(env: Env, fake_model: FakeAnthropi
     default_sid = (await create_session(env.stub)).identity.session_id
     await stream_turn(env.stub, default_sid, "hi")
     assert "read" in [t["name"] for t in fake_model.requests[-1].tools]
+
+
+async def test_shared_workspace_mode_gives_every_session_the_root(
+    server_factory: ServerFactory, fake_model: FakeAnthropic, tmp_path: Path
+) -> None:
+    root = tmp_path / "shared"
+    root.mkdir()
+    (root / "common.txt").write_text("shared line")
+    async with open_env(server_factory, root, {"GENERAL_AGENT_WORKSPACE_MODE": "shared"}) as shared:
+        for call_id in ("toolu_a", "toolu_b"):
+            sid = await new_session(shared.stub)
+            fake_model.enqueue(read_call(call_id, path="common.txt"), TextReply("ok"))
+            events = await stream_turn(shared.stub, sid, "read it")
+            assert last_of(events, "tool_result").output[0].text.text == numbered(["shared line"])
+        assert not (root / "default").exists()

@@ -273,6 +273,7 @@ class ServerSettings:
             max_message_bytes=self.max_message_bytes,
             shutdown_grace_seconds=self.shutdown_grace,
             workspace_root=Path(self.workspace_dir).resolve(),
+            shared_workspace=self.workspace_mode == "shared",
             max_model_calls_per_run=self.max_model_calls_per_run,
             max_tool_calls_per_run=self.max_tool_calls_per_run,
             run_deadline_seconds=self.run_deadline,

@@ -210,6 +210,8 @@ class SessionActor:
 
     @property
     def workspace(self) -> Path:
+        if self.settings.shared_workspace:
+            return self.settings.workspace_root
         return self.settings.workspace_root / self.tenant / self.session_id
 
     # ------------------------------------------------------------------ tools

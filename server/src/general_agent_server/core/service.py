@@ -582,7 +582,7 @@ class AgentCore:
         self.exporter.append(ctx.tenant, session_id, transcript)
         if overrides.api_key:
             self.registry.memory_keys[(ctx.tenant, session_id)] = overrides.api_key
-        if copy_workspace and source_workspace.exists():
+        if copy_workspace and source_workspace.exists() and source_workspace != actor.workspace:
             await asyncio.to_thread(
                 shutil.copytree, source_workspace, actor.workspace, symlinks=True, dirs_exist_ok=True
             )

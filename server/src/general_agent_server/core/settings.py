@@ -23,6 +23,8 @@ class CoreSettings:
     event_replay_batch: int = 500
     max_idle_actors: int = 1000
     workspace_root: Path = field(default_factory=lambda: Path(".general-agent/workspace"))
+    # One workspace (the root itself) for every session instead of <root>/<tenant>/<session_id>.
+    shared_workspace: bool = False
     max_model_calls_per_run: int = 50
     max_tool_calls_per_run: int = 200
     run_deadline_seconds: float = 30 * 60
