@@ -1,0 +1,101 @@
+"""Hook registrations survive a real restart of the server process (SPEC 7: registrations persist): a
+tenant-wide and a per-session registration made before a SIGKILL still block a tool afterwards."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
+from general_agent.v1 import agent_service_pb2 as api
+from general_agent.v1 import agent_service_pb2_grpc, hook_pb2, hook_service_pb2, hook_service_pb2_grpc, session_pb2
+from tests.support.events import last_of
+from tests.support.rpc import stream_turn
+from tests.support.subprocess_server import ServerProcess, server_env
+
+_HookServiceBase: Any = hook_service_pb2_grpc.HookServiceServicer
+
+
+class BlockingHost(_HookServiceBase):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    async def BeforeToolCall(self, request: Any, context: Any) -> Any:
+        self.calls.append((request.context.plugin_id, request.event.tool_name))
+        return hook_service_pb2.BeforeToolCallResponse(
+            result=hook_pb2.BeforeToolCallResult(block=True, block_reason=f"blocked by {request.context.plugin_id}")
+        )
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAnthropicThread]:
+    with FakeAnthropicThread() as fake:
+        yield fake
+
+
+@pytest.fixture
+def server_process(tmp_path: Path, fake: FakeAnthropicThread) -> Iterator[ServerProcess]:
+    state = tmp_path / "state"
+    state.mkdir()
+    env = server_env(fake.base_url, extra={"GENERAL_AGENT_SSRF_ALLOW_HOSTS": "127.0.0.1"})
+    process = ServerProcess(state_dir=state, env=env, log_path=tmp_path / "server.log")
+    yield process
+    process.kill()
+
+
+@pytest.fixture
+async def host() -> AsyncIterator[tuple[BlockingHost, str]]:
+    servicer = BlockingHost()
+    server = grpc.aio.server()
+    hook_service_pb2_grpc.add_HookServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    yield servicer, f"127.0.0.1:{port}"
+    await server.stop(None)
+
+
+def registration(plugin: str, address: str) -> hook_pb2.HookRegistration:
+    return hook_pb2.HookRegistration(
+        plugin_id=plugin,
+        target=hook_pb2.HookTarget(address=address),
+        hooks=[hook_pb2.HookBinding(name=hook_pb2.HOOK_NAME_BEFORE_TOOL_CALL)],
+    )
+
+
+def read_call(call_id: str) -> Reply:
+    return Reply(blocks=[ToolUseBlock(id=call_id, name="read", input={"path": "x.txt"})])
+
+
+async def test_registrations_survive_a_sigkill(
+    server_process: ServerProcess, fake: FakeAnthropicThread, host: tuple[BlockingHost, str]
+) -> None:
+    servicer, address = host
+    before = server_process.start()
+    async with grpc.aio.insecure_channel(before) as channel:
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+        await stub.RegisterHooks(api.RegisterHooksRequest(registration=registration("tenant-wide", address)))
+        created = await stub.CreateSession(
+            api.CreateSessionRequest(
+                session=session_pb2.Session(hook_registrations=[registration("per-session", address)])
+            )
+        )
+        sid = created.session.identity.session_id
+    server_process.kill()  # no shutdown path runs
+
+    after = server_process.start()
+    fake.enqueue(read_call("toolu_1"), TextReply("blocked"))
+    async with grpc.aio.insecure_channel(after) as channel:
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+        listed = await stub.ListHookRegistrations(api.ListHookRegistrationsRequest())
+        assert [r.plugin_id for r in listed.registrations] == ["tenant-wide"]
+        scoped = await stub.ListHookRegistrations(api.ListHookRegistrationsRequest(session_id=sid))
+        assert [r.plugin_id for r in scoped.registrations] == ["per-session"]
+        events = await stream_turn(stub, sid, "read x.txt")
+    error = last_of(events, "tool_error")
+    # Both default to priority 0: the older (tenant-wide) registration runs first and its block is sticky.
+    assert error.error == "blocked by tenant-wide"
+    assert servicer.calls == [("tenant-wide", "read")]
