@@ -2,25 +2,22 @@
 `dispatch_seq`, awaited and fire-and-forget dispatch, and the write-path hooks every transcript entry
 passes through before it is stored.
 
-Write-path hooks change the transcript only, never the model history (spec 7). The entry crosses as its
-stored JSON shape (`{"kind": "tool_result", "call_id": ..., "output": [...], ...}`); a handler returns
-the same shape, and a result of another kind or that does not parse is ignored with a warning."""
+Write-path hooks change the transcript only, never the model history (spec 7). Entries cross in the
+seed's shapes (core/transcript_json.py): a tool result as a toolResult message, anything else as its
+JSONL export line; a replacement of another kind, or one that does not parse, is ignored with a warning."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from general_agent_server.core import codec
 from general_agent_server.core.content import TextPart
 from general_agent_server.core.hooks import HookOutcome, HookRunner, JsonObject
 from general_agent_server.core.runs import CallResult
 from general_agent_server.core.transcript import ToolResultEntry, TranscriptEntry
+from general_agent_server.core.transcript_json import EntryShapeError, entry_from_hook_message, hook_message
 
 if TYPE_CHECKING:
     from general_agent_server.core.actor import SessionActor
@@ -52,9 +49,11 @@ class SessionHooks:
         self._dispatch_seq = 0
 
     def context(self, run_id: str, **extra: Any) -> JsonObject:
-        """HookContext in the seed's agent/tool shape; `dispatchSeq` orders dispatches within a run."""
+        """HookContext in the seed's agent/tool shape; `dispatchSeq` orders dispatches within a run and is
+        0 outside one (session_end, before_reset), as hook.proto documents."""
         actor = self._actor
-        self._dispatch_seq += 1
+        if run_id:
+            self._dispatch_seq += 1
         identity = actor.record.identity
         return {
             "sessionId": actor.session_id,
@@ -62,7 +61,7 @@ class SessionHooks:
             "agentId": self.agent_id,
             "runId": run_id,
             "workspaceDir": str(actor.workspace),
-            "dispatchSeq": self._dispatch_seq,
+            "dispatchSeq": self._dispatch_seq if run_id else 0,
             **extra,
         }
 
@@ -141,44 +140,34 @@ class SessionHooks:
         return kept
 
     async def _filter(self, entry: TranscriptEntry) -> TranscriptEntry | None:
+        """Chains the write-path hooks over one entry; None skips the write."""
         actor = self._actor
-        original: JsonObject = codec.TRANSCRIPT_BODY.to_jsonable(entry.body)
-        message = original
+        current = entry
         if isinstance(entry.body, ToolResultEntry):
             tool: dict[str, Any] = {"toolName": entry.body.tool_name, "toolCallId": entry.body.call_id}
-            persisted = await self.run("tool_result_persist", {**tool, "message": message}, entry.run_id, **tool)
+            event = {**tool, "message": hook_message(current)}
+            persisted = await self.run("tool_result_persist", event, entry.run_id, **tool)
             if persisted is not None and persisted.result is not None:
                 if persisted.result.get("block") is True:
                     return None  # a fail-closed write-path failure skips the write
-                message = self._accepted(message, persisted.result.get("message"), "tool_result_persist")
+                current = self._accepted(current, persisted.result.get("message"), "tool_result_persist")
         written = await self.run(
             "before_message_write",
-            {"message": message, "sessionKey": actor.record.identity.session_key},
+            {"message": hook_message(current), "sessionKey": actor.record.identity.session_key},
             entry.run_id,
         )
         if written is not None and written.result is not None:
             if written.result.get("block") is True:
                 return None
-            message = self._accepted(message, written.result.get("message"), "before_message_write")
-        if message is original:
-            return entry
-        try:
-            body = codec.TRANSCRIPT_BODY.loads(json.dumps(message))
-        except ValidationError:
-            return entry
-        return replace(entry, body=body)
+            current = self._accepted(current, written.result.get("message"), "before_message_write")
+        return current
 
     @staticmethod
-    def _accepted(current: JsonObject, proposed: Any, hook: str) -> JsonObject:
-        if not isinstance(proposed, dict):
-            return current
-        merged = {**current, **proposed}
-        if merged.get("kind") != current.get("kind"):
-            logger.warning("hook %s tried to change a transcript entry's kind; ignored", hook)
+    def _accepted(current: TranscriptEntry, proposed: Any, hook: str) -> TranscriptEntry:
+        if proposed is None:
             return current
         try:
-            codec.TRANSCRIPT_BODY.loads(json.dumps(merged))
-        except ValidationError as exc:
-            logger.warning("hook %s returned an invalid transcript entry (%s); ignored", hook, exc.error_count())
+            return entry_from_hook_message(current, proposed)
+        except EntryShapeError as exc:
+            logger.warning("hook %s returned an unusable transcript entry (%s); kept the original", hook, exc)
             return current
-        return merged

@@ -66,6 +66,9 @@ HOOK_KINDS: Mapping[str, HookKind] = {
     "gateway_stop": HookKind.VOID,
 }
 HOOK_NAMES = frozenset(HOOK_KINDS)
+# Fired by the server itself rather than for a tenant (tenant ""): every tenant's registrations observe them,
+# as there is no other way for a remote host to get them; they carry only the port or the stop reason.
+SERVER_HOOKS = frozenset({"gateway_start", "gateway_stop"})
 _LONG_HOOKS = frozenset({"agent_end", "before_compaction", "after_compaction"})
 
 
@@ -160,9 +163,12 @@ class HookRegistry:
 
     def handlers(self, hook: str, *, tenant: str = "", session_id: str = "") -> list[HookHandler]:
         """Server-wide (tenant ""), the tenant's, and the session's handlers: priority desc, then
-        registration order."""
+        registration order. The server's own gateway hooks (no tenant) reach every tenant."""
+        every_tenant = not tenant and hook in SERVER_HOOKS
         chosen = [
-            h for h in self._handlers if h.hook == hook and h.tenant in ("", tenant) and h.scope in ("", session_id)
+            h
+            for h in self._handlers
+            if h.hook == hook and (every_tenant or h.tenant in ("", tenant)) and h.scope in ("", session_id)
         ]
         return sorted(chosen, key=lambda h: (-h.priority, h.order))
 

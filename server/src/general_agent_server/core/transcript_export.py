@@ -6,24 +6,14 @@ convenience for people and log shippers."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from general_agent_server.core.content import ContentPart, ImagePart, TextPart
 from general_agent_server.core.jsonl_files import JsonlFiles, line_count, rewrite
-from general_agent_server.core.transcript import (
-    AssistantEntry,
-    CompactionEntry,
-    MessageEntry,
-    SessionResetEntry,
-    SystemPromptEntry,
-    ToolCallEntry,
-    ToolResultEntry,
-    TranscriptEntry,
-)
+from general_agent_server.core.transcript import TranscriptEntry
+from general_agent_server.core.transcript_json import entry_json
 
 
 class TranscriptSource(Protocol):
@@ -34,68 +24,6 @@ class TranscriptSource(Protocol):
     async def read_transcript(
         self, tenant: str, session_id: str, *, after_entry_id: int, limit: int
     ) -> list[TranscriptEntry]: ...
-
-
-def _parts_json(parts: Sequence[ContentPart]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for part in parts:
-        if isinstance(part, TextPart):
-            out.append({"type": "text", "text": part.text})
-        elif isinstance(part, ImagePart):
-            out.append({"type": "image", "mimeType": part.mime_type, "data": base64.b64encode(part.data).decode()})
-    return out
-
-
-def _json_or_none(text: str) -> Any:
-    return json.loads(text) if text else None
-
-
-def entry_json(entry: TranscriptEntry) -> dict[str, Any]:
-    """One line of the export, in the seed's field names plus `sequence` and `runId`."""
-    body = entry.body
-    line: dict[str, Any]
-    if isinstance(body, SystemPromptEntry):
-        line = {"type": "system_prompt", "prompt": body.prompt, "modelRef": body.model_ref}
-    elif isinstance(body, MessageEntry):
-        line = {"type": "message", "role": body.role, "content": _parts_json(body.content)}
-        if body.injected:
-            line["injected"] = True
-    elif isinstance(body, AssistantEntry):
-        line = {"type": "assistant", "text": body.text}
-        if body.aborted:
-            line["aborted"] = True
-    elif isinstance(body, ToolCallEntry):
-        line = {
-            "type": "tool_call",
-            "callId": body.call_id,
-            "toolName": body.tool_name,
-            "input": _json_or_none(body.input_json) or {},
-        }
-    elif isinstance(body, ToolResultEntry):
-        line = {
-            "type": "tool_result",
-            "callId": body.call_id,
-            "toolName": body.tool_name,
-            "output": _parts_json(body.output),
-            "isError": body.is_error,
-        }
-        if body.details_json:
-            line["details"] = _json_or_none(body.details_json)
-    elif isinstance(body, CompactionEntry):
-        line = {
-            "type": "compaction",
-            "summary": body.summary,
-            "messagesBefore": body.messages_before,
-            "messagesAfter": body.messages_after,
-        }
-    else:
-        assert isinstance(body, SessionResetEntry)
-        line = {"type": "session_reset", "reason": body.reason}
-    line["timestamp"] = int(entry.timestamp.timestamp() * 1000)
-    line["sequence"] = entry.sequence
-    if entry.run_id:
-        line["runId"] = entry.run_id
-    return line
 
 
 class TranscriptExporter(JsonlFiles):
