@@ -5,9 +5,7 @@ suspended run that survives a restart and refuses to continue without a credenti
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -432,17 +430,18 @@ async def test_submit_before_the_suspension_commit_waits_for_it(
     server_factory: ServerFactory, server_root: Path, fake_model: FakeAnthropic
 ) -> None:
     """Spec 6: a submit that arrives before the suspension commit waits in the actor and applies after
-    it. The host learns the call id from tool_call while a local read (of a FIFO) still blocks the round."""
+    it. The host learns the call id from tool_call while a local command (waiting for a file) still blocks
+    the round."""
     server = await server_factory({"GENERAL_AGENT_WORKSPACE_DIR": str(server_root)})
     async with grpc.aio.insecure_channel(server.address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         sid = await hosted_session(stub)
         workspace = server_root / "default" / sid
         workspace.mkdir(parents=True)
-        fifo = workspace / "pipe"
-        os.mkfifo(fifo)
+        gate = workspace / "go"
+        waiting = "while [ ! -e go ]; do sleep 0.01; done; echo piped data"
         fake_model.enqueue(
-            Reply(blocks=[hosted_use("toolu_h"), ToolUseBlock(id="toolu_r", name="read", input={"path": "pipe"})]),
+            Reply(blocks=[hosted_use("toolu_h"), ToolUseBlock(id="toolu_r", name="exec", input={"command": waiting})]),
             TextReply("done"),
         )
         turn = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("both")))
@@ -459,11 +458,11 @@ async def test_submit_before_the_suspension_commit_waits_for_it(
                 if len(actor._subscribers) >= 2 or early.done():
                     break
                 await asyncio.sleep(0.005)
-            await asyncio.to_thread(fifo.write_bytes, b"piped data\n")
+            gate.touch()
             events = seen + [r.event async for r in turn]
             submitted = await asyncio.wait_for(early, 10)
         finally:
-            unblock_fifo(fifo)
+            gate.touch()  # never leave the command waiting
         assert kinds(events) == [
             "run_started",
             "usage_snapshot",
@@ -481,14 +480,8 @@ async def test_submit_before_the_suspension_commit_waits_for_it(
         blocks = fake_model.requests[1].messages[2]["content"]
         assert [(b["tool_use_id"], b["content"]) for b in blocks] == [
             ("toolu_h", "early"),
-            ("toolu_r", "     1\tpiped data"),
+            ("toolu_r", "piped data"),
         ]
-
-
-def unblock_fifo(fifo: Path) -> None:
-    """Lets a reader blocked on opening the FIFO go on (it reads EOF), so no thread is left hanging."""
-    with contextlib.suppress(OSError):
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
 
 
 @pytest.fixture

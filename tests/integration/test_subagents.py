@@ -132,9 +132,7 @@ async def test_stopping_the_parent_stops_the_child(stub: Stub, fake_model: FakeA
     finished = last_of(seen + rest, "run_finished")
     assert finished.outcome == event_pb2.RUN_OUTCOME_STOPPED
     # The child's run ended too (stopped, not left running), and its model request was dropped.
-    child_session = (
-        await stub.GetSession(api.GetSessionRequest(session_id=child.identity.session_id))
-    ).session
+    child_session = (await stub.GetSession(api.GetSessionRequest(session_id=child.identity.session_id))).session
     assert child_session.state == session_pb2.SESSION_STATE_IDLE
     child_events = await events_after(stub, child.identity.session_id, 0, child_session.last_sequence)
     assert last_of(child_events, "run_finished").outcome == event_pb2.RUN_OUTCOME_STOPPED

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 from general_agent_server.config import ServerSettings
 from general_agent_server.core.tools import LocalTool, ToolCatalog
+from general_agent_server.tools.apply_patch import ApplyPatchTool
+from general_agent_server.tools.edit import EditTool
+from general_agent_server.tools.exec import ExecTool
+from general_agent_server.tools.file_mutation import PathLocks
+from general_agent_server.tools.glob import GlobTool
+from general_agent_server.tools.grep import GrepTool
+from general_agent_server.tools.grep_ripgrep import find_ripgrep
+from general_agent_server.tools.process import ProcessTool
+from general_agent_server.tools.processes import ProcessRegistry
 from general_agent_server.tools.read import ReadTool
+from general_agent_server.tools.shell import ShellLauncher
+from general_agent_server.tools.web_fetch import WebFetchTool
+from general_agent_server.tools.web_search import WebSearchTool
+from general_agent_server.tools.write import WriteTool
 
 # The order tools are offered in (reference general-agent-sdk.md 11.2, plus glob and grep).
 BUILTIN_NAMES = (
@@ -25,5 +38,25 @@ BUILTIN_NAMES = (
 def builtin_catalog(settings: ServerSettings) -> ToolCatalog:
     tools: dict[str, LocalTool] = {"read": ReadTool()}
     # Each tool module adds its entry here (keep BUILTIN_NAMES order; missing names are simply not offered).
+    # One set of file locks for the three mutating tools, so their calls on one file never interleave.
+    file_locks = PathLocks()
+    tools["write"] = WriteTool(file_locks)
+    tools["edit"] = EditTool(file_locks)
+    tools["apply_patch"] = ApplyPatchTool(file_locks)
+    tools["glob"] = GlobTool()
+    tools["grep"] = GrepTool(find_ripgrep())
+    if settings.exec_enabled:
+        # One registry shared by both: exec starts background processes, process manages them.
+        launcher = ShellLauncher(settings.exec_env_allow)
+        processes = ProcessRegistry(launcher)
+        tools["exec"] = ExecTool(
+            launcher=launcher,
+            registry=processes,
+            default_timeout=settings.exec_timeout,
+            max_timeout=settings.exec_timeout_max,
+        )
+        tools["process"] = ProcessTool(processes)
+    tools["web_fetch"] = WebFetchTool.from_settings(settings)
+    tools["web_search"] = WebSearchTool.from_settings(settings)
     ordered = {name: tools[name] for name in BUILTIN_NAMES if name in tools}
     return ToolCatalog(builtins=ordered, limits=settings.tool_limits())

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 from general_agent_server.core.tools import ToolContext, ToolFailure, ToolOutcome, ToolSpec, image_outcome
-from general_agent_server.tools.workspace import display_path, resolve_in_workspace
+from general_agent_server.tools.workspace import Workspace
 
 DEFAULT_LIMIT = 2000
 MAX_LINE_CHARS = 2000
@@ -49,12 +48,9 @@ def _image_type(head: bytes) -> str | None:
     return None
 
 
-def _read(path: Path, shown: str, offset: int, limit: int) -> ToolOutcome:
-    if not path.exists():
-        raise ToolFailure(f"File not found: {shown}")
-    if path.is_dir():
-        raise ToolFailure(f"{shown} is a directory")
-    data = path.read_bytes()
+def _read(workspace: Workspace, raw_path: str, offset: int, limit: int) -> ToolOutcome:
+    data, path = workspace.read_bytes(raw_path)
+    shown = path.display
     mime = _image_type(data[:16])
     if mime is not None:
         if len(data) > MAX_IMAGE_BYTES:
@@ -82,8 +78,6 @@ class ReadTool:
     spec = SPEC
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
-        path = resolve_in_workspace(context.workspace, str(arguments["path"]))
-        shown = display_path(context.workspace, path)
         offset = int(arguments.get("offset", 1))
         limit = int(arguments.get("limit", DEFAULT_LIMIT))
-        return await asyncio.to_thread(_read, path, shown, offset, limit)
+        return await asyncio.to_thread(_read, Workspace(context.workspace), str(arguments["path"]), offset, limit)

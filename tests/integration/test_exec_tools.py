@@ -1,0 +1,107 @@
+"""`exec` through real turns: a CODING session runs a command (tool_result, the model sees the output), a
+timeout is a tool_error, server secrets do not reach commands, and GENERAL sessions are not offered exec."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from general_agent.testing import FakeAnthropic, Reply, TextReply, ToolUseBlock
+from general_agent.v1 import agent_service_pb2_grpc, session_pb2
+from tests.conftest import ServerFactory
+from tests.support.events import kinds, last_of
+from tests.support.rpc import Stub, create_session, stream_turn
+
+
+@pytest.fixture
+async def stub(server_factory: ServerFactory, tmp_path: Path) -> AsyncIterator[Stub]:
+    server = await server_factory({"GENERAL_AGENT_WORKSPACE_DIR": str(tmp_path / "workspaces")})
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        yield agent_service_pb2_grpc.AgentServiceStub(channel)
+
+
+async def new_session(stub: Stub, mode: session_pb2.SessionMode.ValueType) -> str:
+    session = await create_session(stub, identity=session_pb2.SessionIdentity(mode=mode))
+    return session.identity.session_id
+
+
+def exec_call(call_id: str, **arguments: Any) -> Reply:
+    return Reply(blocks=[ToolUseBlock(id=call_id, name="exec", input=arguments)])
+
+
+def tool_result_sent(fake_model: FakeAnthropic, request_index: int) -> dict[str, Any]:
+    last = fake_model.requests[request_index].messages[-1]
+    blocks = [b for b in last["content"] if b.get("type") == "tool_result"]
+    assert len(blocks) == 1
+    block: dict[str, Any] = blocks[0]
+    return block
+
+
+async def test_coding_session_runs_a_command(stub: Stub, fake_model: FakeAnthropic, tmp_path: Path) -> None:
+    sid = await new_session(stub, session_pb2.SESSION_MODE_CODING)
+    fake_model.enqueue(exec_call("toolu_e1", command="echo hello > made.txt; cat made.txt; pwd"), TextReply("ran"))
+    events = await stream_turn(stub, sid, "run it")
+    assert kinds(events)[2:5] == ["tool_call", "tool_result", "turn_complete"]
+    result = last_of(events, "tool_result")
+    workspace = tmp_path / "workspaces" / "default" / sid
+    assert (result.call_id, result.tool_name, result.is_error) == ("toolu_e1", "exec", False)
+    assert result.output[0].text.text == f"hello\n{workspace}"
+    assert dict(result.details.struct_value) == {"exit_code": 0.0, "truncated": False}
+    assert (workspace / "made.txt").read_text() == "hello\n"
+    block = tool_result_sent(fake_model, 1)
+    assert block["content"] == f"hello\n{workspace}"
+    assert "is_error" not in block
+    exec_tool = next(t for t in fake_model.requests[0].tools if t["name"] == "exec")
+    assert exec_tool["input_schema"]["required"] == ["command"]
+    assert "process" in [t["name"] for t in fake_model.requests[0].tools]
+
+
+async def test_non_zero_exit_is_a_tool_result(stub: Stub, fake_model: FakeAnthropic) -> None:
+    sid = await new_session(stub, session_pb2.SESSION_MODE_CODING)
+    fake_model.enqueue(exec_call("toolu_e2", command="echo failing; exit 2"), TextReply("it failed"))
+    events = await stream_turn(stub, sid, "run it")
+    result = last_of(events, "tool_result")
+    assert (result.is_error, result.output[0].text.text) == (False, "failing\n[Exit code: 2]")
+    assert "is_error" not in tool_result_sent(fake_model, 1)
+
+
+async def test_timeout_is_a_tool_error(stub: Stub, fake_model: FakeAnthropic) -> None:
+    sid = await new_session(stub, session_pb2.SESSION_MODE_CODING)
+    fake_model.enqueue(exec_call("toolu_t", command="echo waiting; sleep 30", timeout=0.5), TextReply("too slow"))
+    events = await stream_turn(stub, sid, "run it")
+    assert kinds(events)[2:5] == ["tool_call", "tool_error", "turn_complete"]
+    error = last_of(events, "tool_error")
+    assert (error.call_id, error.tool_name) == ("toolu_t", "exec")
+    assert error.error == "Command timed out after 0.5s\nwaiting"
+    block = tool_result_sent(fake_model, 1)
+    assert (block["is_error"], block["content"]) == (True, "Command timed out after 0.5s\nwaiting")
+
+
+async def test_server_secrets_do_not_reach_commands(
+    stub: Stub, fake_model: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-integration-leak-check")
+    monkeypatch.setenv("GENERAL_AGENT_AUTH_TOKENS", "token-integration-leak-check")
+    sid = await new_session(stub, session_pb2.SESSION_MODE_CODING)
+    fake_model.enqueue(exec_call("toolu_env", command="env"), TextReply("env shown"))
+    events = await stream_turn(stub, sid, "show env")
+    output = last_of(events, "tool_result").output[0].text.text
+    assert "PATH=" in output
+    assert "leak-check" not in output
+    assert "leak-check" not in tool_result_sent(fake_model, 1)["content"]
+
+
+async def test_general_session_is_not_offered_exec(stub: Stub, fake_model: FakeAnthropic, tmp_path: Path) -> None:
+    sid = await new_session(stub, session_pb2.SESSION_MODE_GENERAL)
+    fake_model.enqueue(exec_call("toolu_g", command="touch should-not-exist"), TextReply("refused"))
+    events = await stream_turn(stub, sid, "run it")
+    offered = [t["name"] for t in fake_model.requests[0].tools]
+    assert "exec" not in offered
+    assert "process" not in offered
+    # A model that calls it anyway gets an error, and nothing runs.
+    assert last_of(events, "tool_error").error == "Tool exec not found"
+    assert not (tmp_path / "workspaces" / "default" / sid / "should-not-exist").exists()
