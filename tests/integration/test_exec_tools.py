@@ -3,6 +3,7 @@ timeout is a tool_error, server secrets do not reach commands, and GENERAL sessi
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -10,11 +11,12 @@ from typing import Any
 import grpc
 import pytest
 
-from general_agent.testing import FakeAnthropic, Reply, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2_grpc, session_pb2
+from general_agent.testing import FakeAnthropic, HangReply, Reply, TextReply, ToolUseBlock
+from general_agent.v1 import agent_service_pb2 as api
+from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of
-from tests.support.rpc import Stub, create_session, stream_turn
+from tests.support.rpc import Stub, create_session, stream_turn, text_input
 
 
 @pytest.fixture
@@ -105,3 +107,102 @@ async def test_general_session_is_not_offered_exec(stub: Stub, fake_model: FakeA
     # A model that calls it anyway gets an error, and nothing runs.
     assert last_of(events, "tool_error").error == "Tool exec not found"
     assert not (tmp_path / "workspaces" / "default" / sid / "should-not-exist").exists()
+
+
+def pid_alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+async def wait_for(condition: Any, what: str) -> None:
+    for _ in range(2000):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"timed out waiting until {what}")
+
+
+async def test_stop_during_a_long_command_kills_its_process_group(
+    stub: Stub, fake_model: FakeAnthropic, tmp_path: Path
+) -> None:
+    sid = await new_session(stub, session_pb2.SESSION_MODE_CODING)
+    workspace = tmp_path / "workspaces" / "default" / sid
+    # The command forks a grandchild that records its pid, then both sleep.
+    command = "(sleep 300 & echo $! > grandchild.pid; wait) & sleep 300"
+    fake_model.enqueue(exec_call("toolu_long", command=command))
+    turn = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("run forever")))
+    seen = []
+    async for response in turn:
+        seen.append(response.event)
+        if response.event.WhichOneof("event") == "tool_call":
+            break
+    pid_file = workspace / "grandchild.pid"
+    await wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), "the grandchild started")
+    grandchild = int(pid_file.read_text())
+    assert pid_alive(grandchild)
+    stop = await stub.RequestStop(api.RequestStopRequest(session_id=sid))
+    assert stop.run_id
+    events = seen + [r.event async for r in turn]
+    assert last_of(events, "run_finished").outcome == event_pb2.RUN_OUTCOME_STOPPED
+    assert last_of(events, "tool_error").call_id == "toolu_long"
+    await wait_for(lambda: not pid_alive(grandchild), "the grandchild was killed")
+
+
+async def test_background_processes_die_with_a_cancelled_run_and_a_deleted_session(
+    stub: Stub, fake_model: FakeAnthropic, tmp_path: Path
+) -> None:
+    sid = await new_session(stub, session_pb2.SESSION_MODE_CODING)
+    workspace = tmp_path / "workspaces" / "default" / sid
+    # A background process started by a run that completes keeps running...
+    fake_model.enqueue(
+        exec_call("toolu_bg1", command="echo $$ > kept.pid; exec sleep 300", background=True), TextReply("started")
+    )
+    await stream_turn(stub, sid, "start a server")
+    kept_file = workspace / "kept.pid"
+    await wait_for(lambda: kept_file.exists() and kept_file.read_text().strip(), "the kept process started")
+    kept = int(kept_file.read_text())
+    # ...one started by a run that is then cancelled dies with it.
+    fake_model.enqueue(
+        exec_call("toolu_bg2", command="echo $$ > doomed.pid; exec sleep 300", background=True),
+        HangReply(after_events=2, reply=TextReply("never")),
+    )
+    turn = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("start another")))
+    run_id = ""
+    async for response in turn:
+        if response.event.WhichOneof("event") == "run_started":
+            run_id = response.event.run_id
+        if response.event.WhichOneof("event") == "tool_result":
+            break
+    doomed_file = workspace / "doomed.pid"
+    await wait_for(lambda: doomed_file.exists() and doomed_file.read_text().strip(), "the doomed process started")
+    doomed = int(doomed_file.read_text())
+    await fake_model.wait_for_requests(4)
+    await stub.CancelRun(api.CancelRunRequest(session_id=sid, run_id=run_id))
+    [r async for r in turn]
+    await wait_for(lambda: not pid_alive(doomed), "the cancelled run's process was killed")
+    assert pid_alive(kept)
+    await stub.DeleteSession(api.DeleteSessionRequest(session_id=sid))
+    await wait_for(lambda: not pid_alive(kept), "the deleted session's process was killed")
+
+
+async def test_background_processes_die_at_server_shutdown(
+    server_factory: ServerFactory, fake_model: FakeAnthropic, tmp_path: Path
+) -> None:
+    server = await server_factory({"GENERAL_AGENT_WORKSPACE_DIR": str(tmp_path / "ws")})
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+        sid = await new_session(stub, session_pb2.SESSION_MODE_CODING)
+        fake_model.enqueue(
+            exec_call("toolu_bg", command="echo $$ > bg.pid; exec sleep 300", background=True), TextReply("ok")
+        )
+        await stream_turn(stub, sid, "start it")
+    pid_file = tmp_path / "ws" / "default" / sid / "bg.pid"
+    await wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), "the process started")
+    pid = int(pid_file.read_text())
+    assert pid_alive(pid)
+    await server.stop(grace=1.0)
+    assert not pid_alive(pid)
