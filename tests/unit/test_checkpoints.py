@@ -24,9 +24,9 @@ from general_agent_server.core.tools import (
     ToolSet,
     ToolSpec,
 )
+from general_agent_server.core.workspace import resolve_in_workspace
 from general_agent_server.store.port import StoreError
 from general_agent_server.store.sqlite import SqliteSessionStore
-from general_agent_server.tools.workspace import resolve_in_workspace
 from tests.conformance.store_suite import make_session
 
 TENANT, SESSION = "default", "s-checkpoints"

@@ -1,14 +1,17 @@
 """The workspace side of file checkpoints: capture what files held before a mutation, and put it back.
 
-Paths are kept workspace-relative, and every write or delete re-resolves them inside the workspace, with
-symbolic links followed before the check, so a link planted after the snapshot cannot lead a restore out."""
+Paths are kept workspace-relative, and every read, write and delete goes through the confined Workspace
+(core/workspace.py): checked at open, so a link planted after the snapshot cannot lead a restore out."""
 
 from __future__ import annotations
 
-import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from general_agent_server.core.tools import ToolFailure
+from general_agent_server.core.workspace import Workspace
 
 
 class CheckpointFileError(Exception):
@@ -25,53 +28,41 @@ class CheckpointFile:
     prior_content: bytes = b""
 
 
-def inside_workspace(root: Path, path: Path) -> Path:
-    """`path` (absolute, or relative to `root`) resolved; raises unless it lies strictly inside `root`."""
-    resolved = Path(os.path.realpath(root / path))
-    if root not in resolved.parents:
-        raise CheckpointFileError(f"{path} is outside the workspace")
-    return resolved
-
-
 def snapshot(workspace: Path, paths: Sequence[Path]) -> list[CheckpointFile]:
     """The prior state of each distinct file among `paths`. Directories are skipped: no file tool writes
     bytes into one, so there is nothing to put back."""
-    root = workspace.resolve()
-    files: list[CheckpointFile] = []
-    seen: set[Path] = set()
+    files = Workspace(workspace)
+    captured: list[CheckpointFile] = []
+    seen: set[str] = set()
     for path in paths:
-        resolved = inside_workspace(root, path)
-        if resolved in seen or resolved.is_dir():
-            continue
-        seen.add(resolved)
-        display = str(resolved.relative_to(root))
-        if not resolved.is_file():
-            files.append(CheckpointFile(path=display, existed_before=False))
-            continue
         try:
-            content = resolved.read_bytes()
-        except OSError as exc:
-            raise CheckpointFileError(f"{display}: cannot read: {exc.strerror or exc}") from exc
-        files.append(CheckpointFile(path=display, existed_before=True, prior_content=content))
-    return files
+            status, where = files.stat(str(path))
+            if where.display in seen or (status is not None and stat.S_ISDIR(status.st_mode)):
+                continue
+            seen.add(where.display)
+            if status is None:
+                captured.append(CheckpointFile(path=where.display, existed_before=False))
+                continue
+            content, _ = files.read_bytes(where)
+        except ToolFailure as failure:
+            raise CheckpointFileError(failure.message) from None
+        captured.append(CheckpointFile(path=where.display, existed_before=True, prior_content=content))
+    return captured
 
 
 def put_back(workspace: Path, files: Iterable[CheckpointFile]) -> None:
     """Rewrites prior bytes (creating parent directories) and deletes files that did not exist (already
     missing is fine). Writing absolute prior states makes this idempotent: repeating it after a crash
-    midway ends in the same state."""
-    root = workspace.resolve()
+    midway ends in the same state. Every path is opened confined to the workspace, so a link planted
+    after the snapshot cannot lead a restore out."""
+    confined = Workspace(workspace)
     for file in files:
-        target = inside_workspace(root, Path(file.path))
         try:
             if file.existed_before:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(file.prior_content)
-            else:
-                target.unlink(missing_ok=True)
-        except NotADirectoryError:
-            # Deleting: a parent is no longer a directory, so the file cannot exist either.
-            if file.existed_before:
-                raise CheckpointFileError(f"{file.path}: a parent is not a directory") from None
-        except OSError as exc:
-            raise CheckpointFileError(f"{file.path}: {exc.strerror or exc}") from exc
+                confined.write_bytes(file.path, file.prior_content)
+                continue
+            status, where = confined.stat(file.path)
+            if status is not None:
+                confined.delete(where)
+        except ToolFailure as failure:
+            raise CheckpointFileError(failure.message) from None

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from general_agent_server.core.tools import ToolContext, ToolFailure, ToolOutcome, ToolSpec
+from general_agent_server.core.workspace import Workspace, WorkspacePath
 from general_agent_server.tools.file_mutation import PathLocks, run_to_completion
 from general_agent_server.tools.patch_apply import apply_chunks
 from general_agent_server.tools.patch_format import AddFile, DeleteFile, Hunk, PatchSyntaxError, parse_patch
 from general_agent_server.tools.text_file import TextFile
-from general_agent_server.tools.workspace import Workspace, WorkspacePath
 
 SPEC = ToolSpec(
     name="apply_patch",

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from general_agent_server.core.tools import ToolContext, ToolFailure, ToolOutcome, ToolSpec
+from general_agent_server.core.workspace import Workspace
 from general_agent_server.tools.file_mutation import PathLocks, path_argument, run_to_completion
 from general_agent_server.tools.line_diff import numbered_diff
 from general_agent_server.tools.text_file import TextFile, to_lf
 from general_agent_server.tools.text_match import find_text
-from general_agent_server.tools.workspace import Workspace
 
 SPEC = ToolSpec(
     name="edit",

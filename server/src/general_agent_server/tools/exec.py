@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from general_agent_server.core.tools import ToolContext, ToolFailure, ToolOutcome, ToolSpec
+from general_agent_server.core.workspace import resolve_in_workspace
 from general_agent_server.tools.output_text import MAX_BYTES, MAX_LINES, ByteTail, sanitize, tail_lines
 from general_agent_server.tools.processes import Owner, ProcessRegistry
 from general_agent_server.tools.shell import ShellLauncher, pump, settle, shell_exited
-from general_agent_server.tools.workspace import resolve_in_workspace
 
 # The runtime's own timeout around the call must not fire before exec's (which kills and reports output).
 RUNTIME_TIMEOUT_MARGIN_SECONDS = 30.0

@@ -12,8 +12,8 @@ from typing import Any
 from wcmatch import glob as wildcard
 
 from general_agent_server.core.tools import ToolContext, ToolFailure, ToolOutcome, ToolSpec
+from general_agent_server.core.workspace import Workspace
 from general_agent_server.tools.file_walk import printable, regular_files
-from general_agent_server.tools.workspace import Workspace
 
 MAX_FILES = 1000
 PATTERN_FLAGS = wildcard.GLOBSTAR | wildcard.DOTGLOB | wildcard.BRACE | wildcard.CASE

@@ -9,10 +9,10 @@ import stat
 from typing import Any
 
 from general_agent_server.core.tools import ToolContext, ToolOutcome, ToolSpec
+from general_agent_server.core.workspace import Workspace, WorkspacePath
 from general_agent_server.tools.file_walk import printable
 from general_agent_server.tools.grep_python import GrepQuery, GrepResult, search_bytes, search_tree
 from general_agent_server.tools.grep_ripgrep import can_run_in_descriptor, search_with_ripgrep
-from general_agent_server.tools.workspace import Workspace, WorkspacePath
 
 MAX_MATCHES = 500
 MAX_LINE_CHARS = 500

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from general_agent_server.core.tools import ToolContext, ToolFailure, ToolOutcome, ToolSpec, image_outcome
-from general_agent_server.tools.workspace import Workspace
+from general_agent_server.core.workspace import Workspace
 
 DEFAULT_LIMIT = 2000
 MAX_LINE_CHARS = 2000

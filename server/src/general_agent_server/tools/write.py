@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from general_agent_server.core.tools import ToolContext, ToolOutcome, ToolSpec
+from general_agent_server.core.workspace import Workspace
 from general_agent_server.tools.file_mutation import PathLocks, path_argument, run_to_completion
-from general_agent_server.tools.workspace import Workspace
 
 SPEC = ToolSpec(
     name="write",

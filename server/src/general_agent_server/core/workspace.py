@@ -21,8 +21,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from general_agent_server.core.confined_walk import DIR_FLAGS, ConfinedWalk, Missing
 from general_agent_server.core.tools import ToolFailure
-from general_agent_server.tools.confined_walk import DIR_FLAGS, ConfinedWalk, Missing
 
 # Attempts at an open whose target keeps turning into a link between the walk and the open.
 _OPEN_ATTEMPTS = 3
