@@ -127,7 +127,7 @@ async def test_resume_and_reset(client: AgentClient, fake_model: FakeAnthropic) 
 async def test_server_info(client: AgentClient) -> None:
     info = await client.server_info()
     assert info.api_version == "general_agent.v1"
-    assert "sessions" in info.capabilities
+    assert {"sessions", "checkpoints", "hooks_session", "subagents"} <= set(info.capabilities)
     assert info.default_model_ref
 
 

@@ -43,6 +43,12 @@ CAPABILITIES = (
     "run_session",
     "fork",
     "hooks_remote",
+    "hooks_session",
+    "plugins",
+    "checkpoints",
+    "subagents",
+    "file_tools",
+    "web_tools",
 )
 
 # RPC → the capability (and later release) that provides it.
