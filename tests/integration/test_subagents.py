@@ -77,6 +77,11 @@ async def test_subagent_round_trip(stub: Stub, fake_model: FakeAnthropic) -> Non
     everything = await stub.ListSessions(api.ListSessionsRequest(include_children=True))
     assert sorted(s.identity.session_id for s in everything.sessions) == sorted([sid, child_id])
 
+    # Deleting the parent deletes its children.
+    assert (await stub.DeleteSession(api.DeleteSessionRequest(session_id=sid))).deleted
+    remaining = await stub.ListSessions(api.ListSessionsRequest(include_children=True))
+    assert list(remaining.sessions) == []
+
 
 async def test_a_child_gets_no_subagents_tool_and_unknown_tools_are_refused(
     stub: Stub, fake_model: FakeAnthropic

@@ -475,6 +475,12 @@ class AgentCore:
 
     async def delete_session(self, ctx: CallContext, session_id: str) -> bool:
         check_session_id(session_id)
+        # Subagent children go with their parent (they are never listed on their own).
+        children = await self.store.list_sessions(
+            ctx.tenant, SessionQuery(parent_session_id=session_id), after=None, limit=10_000
+        )
+        for child in children:
+            await self.delete_session(ctx, child.session_id)
         actor = self.registry.peek(ctx.tenant, session_id)
         if actor is not None:
             async with actor.lock:
