@@ -201,9 +201,11 @@ class PromptHost(_HookServiceBase):  # type: ignore[misc]
         self.block_tools = block_tools
         self.rewrite = rewrite
         self.order: list[str] = []
+        self.request_ids: list[str] = []
 
     async def BeforeModelResolve(self, request: Any, context: Any) -> hook_service_pb2.BeforeModelResolveResponse:
         self.order.append("before_model_resolve")
+        self.request_ids.extend(v for k, v in context.invocation_metadata() if k == "x-request-id")
         return hook_service_pb2.BeforeModelResolveResponse(
             result=hook_pb2.BeforeModelResolveResult(model_override="claude-opus-4-6")
         )
@@ -238,9 +240,14 @@ async def test_prompt_hooks_shape_what_the_model_receives(
     await serve_and_register(stub, hosts, host, "prompt", "before_model_resolve", "before_prompt_build")
     session = await create_session(stub, system_prompt="You are helpful.")
     fake_model.enqueue(TextReply("ok"))
-    from tests.support.rpc import stream_turn
+    from tests.support.rpc import text_input
 
-    await stream_turn(stub, session.identity.session_id, "What should I drink?")
+    request_message = api.StreamTurnRequest(
+        session_id=session.identity.session_id, input=text_input("What should I drink?")
+    )
+    [r async for r in stub.StreamTurn(request_message, metadata=(("x-request-id", "trace-4711"),))]
+    # The host sees the id of the request that started the run (trace context for its logs).
+    assert host.request_ids == ["trace-4711"]
     request = fake_model.requests[-1]
     assert request.model == "claude-opus-4-6"
     assert request.system_text == "[policy]\n\nYou are helpful.\n\n[suffix]"

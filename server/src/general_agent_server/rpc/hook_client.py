@@ -12,6 +12,7 @@ from google.protobuf import json_format
 from general_agent.v1 import hook_service_pb2, hook_service_pb2_grpc
 from general_agent_server.core.hook_registrations import HookBindingSpec, HookRegistrationSpec, HookTlsSpec
 from general_agent_server.core.hooks import HandlerFn, JsonObject, default_timeout
+from general_agent_server.rpc.interceptors import current_request_id
 
 # Typed enums of hook results, back to the seed's string values the runner merges.
 _SPAWNING_STATUS = {"SUBAGENT_SPAWNING_STATUS_OK": "ok", "SUBAGENT_SPAWNING_STATUS_ERROR": "error"}
@@ -68,7 +69,10 @@ class GrpcHookDialer:
             )
             method = getattr(self._stub(registration.target, registration.tls), name)
             try:
-                response = await method(request, timeout=timeout)
+                # Trace context: the id of the request that started this work, for the host's logs.
+                request_id = current_request_id()
+                metadata = (("x-request-id", request_id),) if request_id else None
+                response = await method(request, timeout=timeout, metadata=metadata)
             except grpc.aio.AioRpcError as error:
                 if error.code() == grpc.StatusCode.UNIMPLEMENTED:
                     return None  # the host has no opinion on this hook
