@@ -324,3 +324,27 @@ async def test_prompt_hook_decisions_hold_across_a_hosted_suspension(
     assert first.system_text == second.system_text == "[policy]\n\nBase.\n\n[suffix]"
     assert second.messages[0]["content"][0]["text"].startswith("Remember: the user likes tea.")
     assert host.order.count("before_model_resolve") == 1  # asked once per run
+
+
+async def test_a_blocked_hosted_call_is_a_tool_error_without_suspension(
+    stub: Stub, fake_model: Any, hosts: list[grpc.aio.Server]
+) -> None:
+    from general_agent.testing import Reply, TextReply, ToolUseBlock
+    from general_agent.v1 import event_pb2, tool_pb2
+    from tests.support.events import kinds, last_of
+    from tests.support.rpc import stream_turn
+
+    host = PromptHost(block_tools=frozenset({"lookup"}))
+    await serve_and_register(stub, hosts, host, "guard", "before_tool_call")
+    lookup = tool_pb2.HostedToolDefinition(
+        name="lookup", description="Ask the host", input_schema_json='{"type":"object","properties":{}}'
+    )
+    session = await create_session(stub, hosted_tools=[lookup])
+    fake_model.enqueue(
+        Reply(blocks=[ToolUseBlock(id="h1", name="lookup", input={})], stop_reason="tool_use"), TextReply("fine")
+    )
+    events = await stream_turn(stub, session.identity.session_id, "look it up")
+    assert "hosted_tool_call" not in kinds(events)
+    assert last_of(events, "tool_error").error == "lookup is blocked here"
+    assert last_of(events, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
+    assert host.order == ["before_tool_call:lookup"]
