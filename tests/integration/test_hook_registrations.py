@@ -48,6 +48,11 @@ async def test_session_registrations_reach_their_session_only_and_follow_fork_an
     mine = await create_session(agent.stub, hook_registrations=[per_session])
     other = await create_session(agent.stub)
     sid, other_id = mine.identity.session_id, other.identity.session_id
+    # The session reports its own registrations (as stored, with its id).
+    assert [(r.plugin_id, r.session_id) for r in mine.hook_registrations] == [("per-session", sid)]
+    fetched = (await agent.stub.GetSession(api.GetSessionRequest(session_id=sid))).session
+    assert [r.target.address for r in fetched.hook_registrations] == [host.address]
+    assert list(other.hook_registrations) == []
     fake_model.enqueue(TextReply("one"), TextReply("two"))
     await stream_turn(agent.stub, other_id, "hello")
     assert host.calls == []

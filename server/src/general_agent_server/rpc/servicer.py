@@ -17,7 +17,7 @@ from general_agent.v1 import agent_service_pb2_grpc as api_grpc
 from general_agent.v1 import session_pb2
 from general_agent_server.core.bidi import RunSessionStream
 from general_agent_server.core.errors import invalid_argument, not_implemented
-from general_agent_server.core.service import AgentCore, CallContext
+from general_agent_server.core.service import AgentCore, CallContext, SessionView
 from general_agent_server.core.session import DEFAULT_TENANT
 from general_agent_server.rpc import convert
 from general_agent_server.rpc.errors import abort
@@ -110,12 +110,19 @@ class AgentServicer(api_grpc.AgentServiceServicer):
             idem=convert.idempotency(request),
             hook_registrations=convert.session_registrations(request.session),
         )
-        return api.CreateSessionResponse(session=convert.session_to_proto(view))
+        return api.CreateSessionResponse(session=await self._with_registrations(view))
 
     @unary
     async def GetSession(self, request: api.GetSessionRequest, context: Context) -> api.GetSessionResponse:
         view = await self._core.get_session(call_context(context), request.session_id)
-        return api.GetSessionResponse(session=convert.session_to_proto(view))
+        return api.GetSessionResponse(session=await self._with_registrations(view))
+
+    async def _with_registrations(self, view: SessionView) -> session_pb2.Session:
+        """The session with its own hook registrations (as stored: never a TLS client key)."""
+        session = convert.session_to_proto(view)
+        specs = await self._core.session_registrations(view.record.tenant, view.record.session_id)
+        session.hook_registrations.extend(convert.registration_to_proto(s) for s in specs)
+        return session
 
     @unary
     async def ListSessions(self, request: api.ListSessionsRequest, context: Context) -> api.ListSessionsResponse:
