@@ -56,7 +56,13 @@ from general_agent_server.core.runs import (
     RunStatus,
     ToolCallRecord,
 )
-from general_agent_server.core.session import HostedToolDefinition, SessionMode, SessionRecord, SessionState
+from general_agent_server.core.session import (
+    HostedToolDefinition,
+    SessionConfig,
+    SessionMode,
+    SessionRecord,
+    SessionState,
+)
 from general_agent_server.core.settings import CoreSettings
 from general_agent_server.core.subscribers import Subscriber
 from general_agent_server.core.tools import ToolCatalog, ToolKind, ToolSet, ToolSpec
@@ -188,6 +194,7 @@ class SessionActor:
         self._queue: deque[asyncio.Future[None]] = deque()
         self.background: set[asyncio.Task[None]] = set()
         self.hooks = SessionHooks(self, deps.hooks)
+        self._toolset: tuple[SessionConfig, SessionMode, ToolSet] | None = None
         self.session_started_at = time.monotonic()
         # A session left RUNNING by a crash may have sent events that never committed: skip past every
         # reserved sequence. Otherwise everything sent was committed and numbering simply continues.
@@ -216,6 +223,17 @@ class SessionActor:
 
     # ------------------------------------------------------------------ tools
     def toolset(self) -> ToolSet:
+        """The session's tools, rebuilt only when its config or mode changes (the set keeps its compiled
+        argument validators between model calls)."""
+        config, mode = self.record.config, self.record.identity.mode
+        cached = self._toolset
+        # Identity, not equality: configs are frozen and replaced whole when they change.
+        if cached is None or cached[0] is not config or cached[1] is not mode:
+            cached = (config, mode, self._build_toolset())
+            self._toolset = cached
+        return cached[2]
+
+    def _build_toolset(self) -> ToolSet:
         hosted = [
             ToolSpec(
                 name=t.name,
