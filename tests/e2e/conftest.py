@@ -83,15 +83,16 @@ def server_process(tmp_path: Path, fake_model_thread: FakeAnthropicThread) -> It
         server.kill()
 
 
-@pytest.fixture(scope="session")
-def go_smoke_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The Go smoke program (clients/go/cmd/smoke), built once per test session."""
+def build_go_command(tmp_path_factory: pytest.TempPathFactory, command: str) -> Path:
+    """Builds clients/go/cmd/<command> into a temporary directory; fails the test (never skips) when Go
+    or the build is missing."""
     go = require_executable("go")
-    out = tmp_path_factory.mktemp("go-smoke") / "smoke"
+    out = tmp_path_factory.mktemp(f"go-{command}") / command
     env = {**os.environ, "GOFLAGS": "-mod=mod"}
+    what = f"`go build ./cmd/{command}`"
     try:
         result = subprocess.run(
-            [go, "build", "-o", str(out), "./cmd/smoke"],
+            [go, "build", "-o", str(out), f"./cmd/{command}"],
             cwd=GO_CLIENT_DIR,
             env=env,
             capture_output=True,
@@ -100,7 +101,13 @@ def go_smoke_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
             check=False,
         )
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"`go build ./cmd/smoke` timed out after {exc.timeout}s; {INSTALL_HINT}", pytrace=False)
+        pytest.fail(f"{what} timed out after {exc.timeout}s; {INSTALL_HINT}", pytrace=False)
     if result.returncode != 0 or not out.is_file():
-        pytest.fail(f"`go build ./cmd/smoke` failed ({INSTALL_HINT}):\n{describe_run(result)}", pytrace=False)
+        pytest.fail(f"{what} failed ({INSTALL_HINT}):\n{describe_run(result)}", pytrace=False)
     return out
+
+
+@pytest.fixture(scope="session")
+def go_smoke_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Go smoke program (clients/go/cmd/smoke), built once per test session."""
+    return build_go_command(tmp_path_factory, "smoke")

@@ -4,7 +4,6 @@ tool's error, and on SIGTERM it unregisters and exits 0."""
 
 from __future__ import annotations
 
-import os
 import queue
 import subprocess
 import threading
@@ -19,7 +18,7 @@ import pytest
 from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, content_pb2, hook_pb2, session_pb2
-from tests.e2e.conftest import GO_CLIENT_DIR, INSTALL_HINT, describe_run, require_executable
+from tests.e2e.conftest import build_go_command
 from tests.support.events import kinds, last_of
 from tests.support.subprocess_server import ServerProcess, server_env
 
@@ -29,25 +28,8 @@ RPC_TIMEOUT = 30.0
 
 @pytest.fixture(scope="session")
 def go_hookhost_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """clients/go/cmd/hookhost, built once per test session (as the Go smoke program is)."""
-    go = require_executable("go")
-    out = tmp_path_factory.mktemp("go-hookhost") / "hookhost"
-    env = {**os.environ, "GOFLAGS": "-mod=mod"}
-    try:
-        result = subprocess.run(
-            [go, "build", "-o", str(out), "./cmd/hookhost"],
-            cwd=GO_CLIENT_DIR,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"`go build ./cmd/hookhost` timed out after {exc.timeout}s; {INSTALL_HINT}", pytrace=False)
-    if result.returncode != 0 or not out.is_file():
-        pytest.fail(f"`go build ./cmd/hookhost` failed ({INSTALL_HINT}):\n{describe_run(result)}", pytrace=False)
-    return out
+    """clients/go/cmd/hookhost, built once per test session."""
+    return build_go_command(tmp_path_factory, "hookhost")
 
 
 @pytest.fixture
