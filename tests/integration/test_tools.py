@@ -18,7 +18,7 @@ from general_agent.testing import FakeAnthropic, Reply, TextBlock, TextReply, To
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2
 from tests.conftest import ServerFactory
-from tests.support.events import kinds, last_of
+from tests.support.events import ONE_TOOL_THEN_TEXT, kinds, last_of
 from tests.support.rpc import Stub, create_session, stream_turn
 
 PNG = base64.b64decode(
@@ -35,18 +35,6 @@ READ_SCHEMA = {
     "required": ["path"],
     "additionalProperties": False,
 }
-
-ONE_READ_THEN_TEXT = [
-    "run_started",
-    "usage_snapshot",
-    "tool_call",
-    "tool_result",
-    "turn_complete",
-    "assistant_delta",
-    "usage_snapshot",
-    "turn_complete",
-    "run_finished",
-]
 
 
 @dataclass
@@ -101,7 +89,7 @@ async def test_read_happy_path(env: Env, fake_model: FakeAnthropic) -> None:
     (env.workspace(sid) / "notes.txt").write_text("\n".join(lines) + "\n")
     fake_model.enqueue(read_call("toolu_r1", path="notes.txt"), TextReply("four lines"))
     events = await stream_turn(env.stub, sid, "read notes.txt")
-    assert kinds(events) == ONE_READ_THEN_TEXT
+    assert kinds(events) == ONE_TOOL_THEN_TEXT
     call = last_of(events, "tool_call")
     assert (call.call_id, call.tool_name, call.input_json) == ("toolu_r1", "read", '{"path":"notes.txt"}')
     result = last_of(events, "tool_result")
@@ -172,7 +160,7 @@ async def test_read_image_reaches_the_model_as_an_image(env: Env, fake_model: Fa
     (env.workspace(sid) / "pixel.png").write_bytes(PNG)
     fake_model.enqueue(read_call("toolu_img", path="pixel.png"), TextReply("a pixel"))
     events = await stream_turn(env.stub, sid, "look at pixel.png")
-    assert kinds(events) == ONE_READ_THEN_TEXT
+    assert kinds(events) == ONE_TOOL_THEN_TEXT
     result = last_of(events, "tool_result")
     assert [p.WhichOneof("part") for p in result.output] == ["text", "image"]
     assert result.output[0].text.text == f"Image pixel.png (image/png, {len(PNG)} bytes)"
@@ -349,7 +337,7 @@ async def test_general_mode_session_gets_read(env: Env, fake_model: FakeAnthropi
     fake_model.enqueue(read_call("toolu_g", path="faq.txt"), TextReply("because"))
     events = await stream_turn(env.stub, sid, "read the faq")
     assert "read" in [t["name"] for t in fake_model.requests[0].tools]
-    assert kinds(events) == ONE_READ_THEN_TEXT
+    assert kinds(events) == ONE_TOOL_THEN_TEXT
     assert last_of(events, "tool_result").output[0].text.text == numbered(["Q: why?", "A: because."])
     # The unspecified mode is GENERAL, and gets it too.
     default_sid = (await create_session(env.stub)).identity.session_id

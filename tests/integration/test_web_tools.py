@@ -16,7 +16,7 @@ from google.protobuf import json_format
 from general_agent.testing import FakeAnthropic, Reply, TextReply, ToolUseBlock
 from general_agent.v1 import agent_service_pb2_grpc
 from tests.conftest import ServerFactory
-from tests.support.events import kinds, last_of
+from tests.support.events import ONE_TOOL_THEN_TEXT, kinds, last_of
 from tests.support.fake_web import DDG_PATH, FakeWeb, SearchHit
 from tests.support.rpc import Stub, create_session, stream_turn
 
@@ -25,18 +25,6 @@ ARTICLE = """<html><head><title>Lichens</title></head><body><article><h1>Lichens
 soil in almost every habitat on Earth, from deserts to the Arctic tundra.</p>
 <p>Lichens grow slowly, often less than a millimetre a year, which makes old colonies useful for dating the
 rock surfaces they cover.</p></article></body></html>"""
-
-ONE_TOOL_THEN_TEXT = [
-    "run_started",
-    "usage_snapshot",
-    "tool_call",
-    "tool_result",
-    "turn_complete",
-    "assistant_delta",
-    "usage_snapshot",
-    "turn_complete",
-    "run_finished",
-]
 
 
 @dataclass

@@ -30,3 +30,17 @@ def last_of(events: list[Any], kind: str) -> Any:
 
 def sequences(events: Iterable[Any]) -> list[int]:
     return [int(e.sequence) for e in events]
+
+
+# The events of a turn with one local tool call, then a text answer (SPEC 5.3 order).
+ONE_TOOL_THEN_TEXT = [
+    "run_started",
+    "usage_snapshot",
+    "tool_call",
+    "tool_result",
+    "turn_complete",
+    "assistant_delta",
+    "usage_snapshot",
+    "turn_complete",
+    "run_finished",
+]
