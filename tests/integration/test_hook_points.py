@@ -226,6 +226,26 @@ async def test_agent_end_reports_success_and_a_provider_failure(agent: Agent, fa
     assert "prompt is too long" in failed.error
 
 
+async def test_history_is_capped_by_hook_max_payload_bytes(
+    server_factory: ServerFactory, fake_model: FakeAnthropic, tmp_path: Path
+) -> None:
+    async with open_agent(server_factory, tmp_path, {"GENERAL_AGENT_HOOK_MAX_PAYLOAD_BYTES": "300"}) as agent:
+        host = await agent.host()
+        bindings = [binding("before_prompt_build", include_messages=hook_pb2.HOOK_INCLUDE_MESSAGES_ALL)]
+        await agent.register("all", host.address, bindings)
+        sid = (await create_session(agent.stub)).identity.session_id
+        for index in range(4):
+            fake_model.enqueue(TextReply(f"answer {index} " + "x" * 60))
+            await stream_turn(agent.stub, sid, f"question {index} " + "y" * 60)
+        last = host.of("before_prompt_build")[-1].request.event.messages
+        kept = [as_dict(m) for m in last.messages]
+        assert (last.message_count, last.truncated) == (6, True)
+        assert 0 < len(kept) < 6
+        assert sum(len(json.dumps(m, separators=(",", ":"))) for m in kept) <= 300
+        # The newest messages are the ones kept.
+        assert "answer 2" in json.dumps(kept[-1])
+
+
 async def test_include_messages_shapes_history_per_registration(agent: Agent, fake_model: FakeAnthropic) -> None:
     host = await agent.host()
     for plugin_id, include, last_n in (

@@ -181,6 +181,12 @@ SETTINGS: tuple[Setting, ...] = (
         help="Bytes of prior file contents kept in checkpoints per session (oldest dropped first).",
     ),
     Setting(
+        name="hook_max_payload_bytes",
+        kind=int,
+        default=MIB,
+        help="Bytes of message history one remote hook call carries (oldest dropped first, `truncated` set).",
+    ),
+    Setting(
         name="plugin_mode",
         kind=str,
         default="ALLOWLISTED",
@@ -253,6 +259,7 @@ class ServerSettings:
     web_search_cache_ttl_minutes: float = 15.0
     checkpoint_max_count: int = 100
     checkpoint_max_bytes: int = 64 * MIB
+    hook_max_payload_bytes: int = MIB
     plugin_mode: str = "ALLOWLISTED"
     enabled_plugin_ids: str = ""
     anthropic_api_key_file: str = ""
@@ -286,6 +293,7 @@ class ServerSettings:
             ssrf_allow_hosts=self.host_list(self.ssrf_allow_hosts),
             checkpoint_max_count=self.checkpoint_max_count,
             checkpoint_max_bytes=self.checkpoint_max_bytes,
+            hook_max_payload_bytes=self.hook_max_payload_bytes,
             plugin_mode=PluginMode(self.plugin_mode.upper().replace("-", "_")),
             enabled_plugin_ids=normalise_plugin_ids(self.enabled_plugin_ids.split(",")),
         )
@@ -458,6 +466,7 @@ def _validate(settings: ServerSettings) -> None:
         "web_fetch_max_response_bytes",
         "checkpoint_max_count",
         "checkpoint_max_bytes",
+        "hook_max_payload_bytes",
     ):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{name}: must be positive")

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Protocol
 
 from general_agent_server.core.errors import ServiceError, invalid_argument
-from general_agent_server.core.hook_payloads import IncludeMessages, MessageSelection
+from general_agent_server.core.hook_payloads import DEFAULT_MAX_PAYLOAD_BYTES, IncludeMessages, MessageSelection
 from general_agent_server.core.hooks import HOOK_KINDS, FailurePolicy, HandlerFn, HookHandler
 from general_agent_server.core.validation import check_id
 
@@ -85,7 +85,9 @@ def _invalid_hook(field_path: str, description: str) -> ServiceError:
     return error
 
 
-def handlers_for(spec: HookRegistrationSpec, dialer: HookDialer) -> list[HookHandler]:
+def handlers_for(
+    spec: HookRegistrationSpec, dialer: HookDialer, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+) -> list[HookHandler]:
     return [
         HookHandler(
             plugin_id=spec.plugin_id,
@@ -96,7 +98,9 @@ def handlers_for(spec: HookRegistrationSpec, dialer: HookDialer) -> list[HookHan
             failure_policy=binding.failure_policy,
             tenant=spec.tenant,
             scope=spec.session_id,
-            messages=MessageSelection(include=binding.include_messages, last_n=binding.last_n),
+            messages=MessageSelection(
+                include=binding.include_messages, last_n=binding.last_n, max_payload_bytes=max_payload_bytes
+            ),
         )
         for binding in spec.bindings
     ]

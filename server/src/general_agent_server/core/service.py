@@ -213,7 +213,9 @@ class AgentCore:
             return
         for _tenant, _session, _plugin, document in await self.store.list_hook_registrations():
             spec = codec.HOOK_REGISTRATION.loads(document)
-            self.hooks.registry.register(handlers_for(spec, self.hook_dialer))
+            self.hooks.registry.register(
+                handlers_for(spec, self.hook_dialer, max_payload_bytes=self.settings.hook_max_payload_bytes)
+            )
 
     def _dialer(self) -> HookDialer:
         if self.hook_dialer is None:
@@ -245,7 +247,7 @@ class AgentCore:
         await self.store.put_hook_registration(
             tenant, stored.session_id, stored.plugin_id, codec.HOOK_REGISTRATION.dumps(stored)
         )
-        self.hooks.registry.register(handlers_for(live, dialer))
+        self.hooks.registry.register(handlers_for(live, dialer, max_payload_bytes=self.settings.hook_max_payload_bytes))
         self._live_registrations[(tenant, live.session_id, live.plugin_id)] = live
         logger.info(
             "hooks registered by plugin %s",

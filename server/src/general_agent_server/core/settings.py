@@ -39,5 +39,6 @@ class CoreSettings:
     ssrf_allow_hosts: frozenset[str] = frozenset()
     checkpoint_max_count: int = 100
     checkpoint_max_bytes: int = 64 * 1024 * 1024
+    hook_max_payload_bytes: int = 1024 * 1024
     plugin_mode: PluginMode = PluginMode.ALLOWLISTED
     enabled_plugin_ids: tuple[str, ...] = ()
