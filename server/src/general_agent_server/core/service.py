@@ -239,14 +239,25 @@ class AgentCore:
             error.reason = "INVALID_HOOK"
             raise error from None
 
-    async def _add_registration(self, tenant: str, spec: HookRegistrationSpec) -> HookRegistrationSpec:
-        dialer = self._dialer()
+    @staticmethod
+    def _registration_to_store(
+        tenant: str, spec: HookRegistrationSpec
+    ) -> tuple[HookRegistrationSpec, HookRegistrationSpec]:
+        """The registration as it lives in memory, and as it is stored: the mutual-TLS client key is a
+        secret, kept in memory and never stored."""
         live = replace(spec, tenant=tenant, create_time=spec.create_time or utcnow())
-        # The mutual-TLS client key is a secret: kept in memory, never stored.
         stored = live if live.tls is None else replace(live, tls=replace(live.tls, client_key_pem=""))
-        await self.store.put_hook_registration(
-            tenant, stored.session_id, stored.plugin_id, codec.HOOK_REGISTRATION.dumps(stored)
-        )
+        return live, stored
+
+    async def _add_registration(
+        self, tenant: str, spec: HookRegistrationSpec, *, already_stored: bool = False
+    ) -> HookRegistrationSpec:
+        dialer = self._dialer()
+        live, stored = self._registration_to_store(tenant, spec)
+        if not already_stored:
+            await self.store.put_hook_registration(
+                tenant, stored.session_id, stored.plugin_id, codec.HOOK_REGISTRATION.dumps(stored)
+            )
         self.hooks.registry.register(handlers_for(live, dialer, max_payload_bytes=self.settings.hook_max_payload_bytes))
         self._live_registrations[(tenant, live.session_id, live.plugin_id)] = live
         logger.info(
@@ -373,14 +384,19 @@ class AgentCore:
             version=1,
             sequence_reserved=self.settings.sequence_block,
         )
+        # The session's registrations are stored in the same transaction as the session.
+        registrations = [
+            self._registration_to_store(ctx.tenant, replace(r, session_id=session_id)) for r in hook_registrations
+        ]
         batch = WriteBatch(
             tenant=ctx.tenant,
             session_id=session_id,
             idempotency=self._idempotency_record(ctx, "CreateSession", idem, {"session_id": session_id}),
+            hook_registrations=[(s.plugin_id, codec.HOOK_REGISTRATION.dumps(s)) for _, s in registrations],
         )
         await self._insert_session(record, batch)
-        for registration in hook_registrations:
-            await self._add_registration(ctx.tenant, replace(registration, session_id=session_id))
+        for live, _ in registrations:
+            await self._add_registration(ctx.tenant, live, already_stored=True)
         self.registry.adopt(self.registry.new_actor(record, []))
         if api_key:
             self.registry.memory_keys[(ctx.tenant, session_id)] = api_key

@@ -71,6 +71,8 @@ class WriteBatch:
     runs: list[RunRecord] = field(default_factory=list)
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     idempotency: IdempotencyRecord | None = None
+    # Hook registrations of this session as (plugin_id, registration JSON), stored (or replaced) with the step.
+    hook_registrations: list[tuple[str, str]] = field(default_factory=list)
 
 
 class SessionStore(CheckpointStore, Protocol):

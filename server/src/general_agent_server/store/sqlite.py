@@ -346,6 +346,8 @@ class SqliteSessionStore:
             )
         if batch.idempotency is not None:
             self._insert_idempotency(conn, batch.idempotency)
+        for plugin_id, registration_json in batch.hook_registrations:
+            _HookRegistration(plugin_id=plugin_id, registration_json=registration_json).run(conn, batch)
 
     def _update_session(self, conn: sqlite3.Connection, record: SessionRecord) -> None:
         cur = conn.execute(
