@@ -590,17 +590,29 @@ class AgentCore:
             for e in entries
             if e.sequence <= cut and (not e.run_id or e.run_id in kept_runs)
         ]
+        # The source's own hook registrations come along, in the fork's transaction.
+        registrations = [
+            self._registration_to_store(
+                ctx.tenant,
+                replace(
+                    self._live_registrations.get((ctx.tenant, source_session_id, r.plugin_id), r),
+                    session_id=session_id,
+                    create_time=None,
+                ),
+            )
+            for r in await self.session_registrations(ctx.tenant, source_session_id)
+        ]
         batch = WriteBatch(
             tenant=ctx.tenant,
             session_id=session_id,
             history=history,
             transcript=transcript,
             idempotency=self._idempotency_record(ctx, "ForkSession", idem, {"session_id": session_id}),
+            hook_registrations=[(s.plugin_id, codec.HOOK_REGISTRATION.dumps(s)) for _, s in registrations],
         )
         await self._insert_session(record, batch)
-        for registration in await self.session_registrations(ctx.tenant, source_session_id):
-            live = self._live_registrations.get((ctx.tenant, source_session_id, registration.plugin_id), registration)
-            await self._add_registration(ctx.tenant, replace(live, session_id=session_id, create_time=None))
+        for live, _ in registrations:
+            await self._add_registration(ctx.tenant, live, already_stored=True)
         actor = self.registry.new_actor(record, history)
         self.registry.adopt(actor)
         self.exporter.append(ctx.tenant, session_id, transcript)
