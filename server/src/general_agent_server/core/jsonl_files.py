@@ -13,6 +13,8 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
+COALESCE_SECONDS = 0.05
+
 
 class JsonlFiles:
     def __init__(self, root: Path, *, name: str) -> None:
@@ -63,6 +65,9 @@ class JsonlFiles:
     async def _write_loop(self) -> None:
         while True:
             await self._wake.wait()
+            # Gather a moment's lines into one write, off the hot path of the turn that produced them.
+            if not self._closing:
+                await asyncio.sleep(COALESCE_SECONDS)
             self._wake.clear()
             try:
                 await self._write_pending()
