@@ -9,6 +9,7 @@ calls get an is_error result so the history never holds a tool_use without its t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -168,6 +169,11 @@ class RunDriver:
         self.actor = actor
         self.run = run
         self._first_history = first_history
+        # A tool round's results commit still landing while the next model request goes out (the request
+        # only reads `_next_history`); nothing of that call is emitted before it has landed.
+        self._landing: asyncio.Future[None] | None = None
+        self._next_history: list[HistoryMessage] | None = None
+        self._landing_round: list[ToolCallRecord] = []
         self._resume_round = resume_round
         self.usage: Usage = run.record.usage
         self._partial_text: list[str] = []
@@ -197,6 +203,7 @@ class RunDriver:
             if task is not None:
                 task.uncancel()
             await self.run.admitted.wait()
+            await self._land()
             # Background processes this run started die with it (exec background).
             await self.actor.deps.catalog.run_cancelled(self.actor.tenant, self.actor.session_id, self.run.run_id)
             if self.run.record.status is RunStatus.FINISHED:
@@ -204,6 +211,7 @@ class RunDriver:
             await self._finish_stopped()
         except _RunFailed as failure:
             await self.run.admitted.wait()
+            await self._land()
             await self._close_round(failure.detail.message, ResolvedBy.STOP)
             await self._finish(
                 RunOutcome.FAILED,
@@ -215,6 +223,8 @@ class RunDriver:
         except Exception as exc:
             logger.exception("run %s failed internally", self.run.run_id, extra={"category": "system"})
             await self.run.admitted.wait()
+            with contextlib.suppress(Exception):
+                await self._land()  # its failure is the one being handled, or it is logged by commit
             detail = ErrorDetail(
                 code=ErrorCode.INTERNAL, reason="INTERNAL", message=f"internal error: {type(exc).__name__}"
             )
@@ -279,11 +289,15 @@ class RunDriver:
                         ),
                         self._last_stop_reason,
                     )
-            if self._first_history is None:
+            if self._first_history is None and actor.record.pending_injections:
+                await self._land()  # injections are committed after the round's results
                 await self._deliver_injections()
             tools = actor.toolset()
             config = actor.record.config
-            history, self._first_history = self._first_history or actor.history, None
+            history = (
+                self._first_history or (self._next_history if self._landing is not None else None) or actor.history
+            )
+            self._first_history = self._next_history = None
             if self._model_ref is None:
                 if run.prompt_plan is None:
                     # First model call of the run, or a continuation in a new process: ask the hooks.
@@ -310,6 +324,8 @@ class RunDriver:
                 async for item in actor.model.stream(request, run.credential):
                     if not run.admitted.is_set():
                         await run.admitted.wait()
+                    if self._landing is not None:
+                        await self._land()
                     if isinstance(item, TextDelta):
                         self._partial_text.append(item.text)
                         await actor.emit_delta(run.run_id, AssistantDelta(text=item.text))
@@ -321,6 +337,7 @@ class RunDriver:
                         complete = item
             except ModelCallError as error:
                 await run.admitted.wait()
+                await self._land()
                 await actor.flush_deltas()
                 self._in_model_call = False
                 self.usage = self.usage + error.partial_usage
@@ -333,6 +350,7 @@ class RunDriver:
                     turn_error=detail,
                 )
                 return
+            await self._land()
             await actor.flush_deltas()
             self._in_model_call = False
             if complete is None:
@@ -518,8 +536,21 @@ class RunDriver:
         if hosted:
             await self._suspend(hosted)
             return False
-        await self._complete_round()
+        await self._complete_round(overlap=True)
         return True
+
+    async def _land(self) -> None:
+        """Waits for the overlapped results commit, if any. Its failure surfaces here, with the round put
+        back so the failure path closes it as if the commit had been awaited in place."""
+        landing, self._landing = self._landing, None
+        if landing is None:
+            return
+        try:
+            await landing
+        except Exception:
+            self.actor.round, self._landing_round = self._landing_round, []
+            raise
+        self._landing_round = []
 
     def _remaining_seconds(self) -> float:
         _, _, deadline = self._limits()
@@ -699,8 +730,12 @@ class RunDriver:
         actor.arm_deadlines(hosted)
         self._suspended = True
 
-    async def _complete_round(self, *, turn_complete: bool = True) -> None:
-        """All results are in: one user message with them in call order, then turn_complete{tool_use}."""
+    async def _complete_round(self, *, turn_complete: bool = True, overlap: bool = False) -> None:
+        """All results are in: one user message with them in call order, then turn_complete{tool_use}.
+
+        With `overlap`, the commit lands while the next model request goes out (like the admission): the
+        request is built from the history with this message, and the call emits nothing until the commit
+        has landed, so event order and durability are as if it had been awaited here."""
         actor, run = self.actor, self.run
         records = sorted(actor.round, key=lambda r: r.position)
         if not records:
@@ -709,7 +744,13 @@ class RunDriver:
         events, transcript, resolved = self._take_carry()
         if turn_complete:
             events.append(actor.stamp(run.run_id, TurnComplete(stop_reason=StopReason.TOOL_USE)))
-        await actor.commit(events=events, transcript=transcript, tool_calls=resolved, history=[message])
+        commit = actor.commit(events=events, transcript=transcript, tool_calls=resolved, history=[message])
+        if overlap:
+            self._next_history = [*actor.history, message]
+            self._landing = asyncio.ensure_future(commit)
+            self._landing_round, actor.round = actor.round, []
+            return
+        await commit
         actor.round = []
 
     async def _close_round(self, message: str, resolved_by: ResolvedBy) -> None:
