@@ -361,3 +361,32 @@ async def test_fork_does_not_copy_the_in_memory_api_key(
         await stream_turn(stub, keyed.identity.session_id, "hi")
         assert fake_model.requests[-1].api_key == "sk-ant-fork-key-5678"
         assert len(fake_model.requests) == 2
+
+
+async def test_fork_after_a_reset_copies_the_state_after_it(stub: Stub, fake_model: FakeAnthropic) -> None:
+    sid, events = await two_turn_source(stub, fake_model)
+    before_reset = events[-1].sequence
+    await stub.ResetSession(api.ResetSessionRequest(session_id=sid, reason="new topic"))
+    source_entries = await history(stub, sid)
+    assert source_entries[-1].WhichOneof("entry") == "session_reset"
+
+    # The latest state: no history, the transcript up to and including the reset, no usage inherited.
+    latest = await fork(stub, sid)
+    assert latest.history_message_count == 0
+    assert not latest.HasField("usage_snapshot")
+    assert entry_bodies(await history(stub, latest.identity.session_id)) == entry_bodies(source_entries)
+
+    # A point before the reset: that history is gone, and the error says so.
+    error = await rpc_error(stub.ForkSession(api.ForkSessionRequest(source_session_id=sid, at_sequence=before_reset)))
+    assert error.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.field_violations[0][0] == "at_sequence"
+
+    # After a turn past the reset, a fork carries only that turn.
+    fake_model.enqueue(TextReply("fresh answer"))
+    await stream_turn(stub, sid, "fresh question")
+    after = await fork(stub, sid)
+    assert after.history_message_count == 2
+    fake_model.enqueue(TextReply("ok"))
+    await stream_turn(stub, after.identity.session_id, "and then?")
+    assert [m["role"] for m in fake_model.requests[-1].messages] == ["user", "assistant", "user"]
+    assert fake_model.requests[-1].messages[0]["content"][0]["text"] == "fresh question"

@@ -55,7 +55,7 @@ from general_agent_server.core.settings import CoreSettings
 from general_agent_server.core.ssrf import SsrfBlocked, check_host
 from general_agent_server.core.subagents import SubagentTool
 from general_agent_server.core.tools import ToolCatalog
-from general_agent_server.core.transcript import TranscriptEntry
+from general_agent_server.core.transcript import SessionResetEntry, TranscriptEntry
 from general_agent_server.core.transcript_export import TranscriptExporter
 from general_agent_server.core.turns import TurnOps
 from general_agent_server.core.validation import check_config, check_session_id
@@ -555,9 +555,17 @@ class AgentCore:
             finished = [r for r in runs if r.status is RunStatus.FINISHED and r.last_sequence <= cutoff]
             kept_runs = {r.run_id for r in finished}
             cut = finished[-1].last_sequence if finished else 0
-            history = [m for m in source.history if m.run_id in kept_runs]
             await self.store.flush()
             entries = await self.store.read_transcript(ctx.tenant, source_session_id, after_entry_id=0, limit=1 << 30)
+            resets = [e.sequence for e in entries if isinstance(e.body, SessionResetEntry)]
+            if any(r > cutoff for r in resets) and any(r.last_sequence < max(resets) for r in finished):
+                # A later reset cleared the history of the runs before it: that state cannot be rebuilt.
+                raise invalid_argument(
+                    "at_sequence",
+                    f"{cutoff} is before the last reset of session {source_session_id!r} (sequence "
+                    f"{max(resets)}), which cleared that history; fork at or after the reset",
+                )
+            history = [m for m in source.history if m.run_id in kept_runs]
             source_workspace = source.workspace
         config = overrides.apply(src.config)
         check_config(
@@ -579,16 +587,18 @@ class AgentCore:
             create_time=now,
             update_time=now,
             forked_from=ForkOrigin(session_id=source_session_id, at_sequence=cut),
-            usage_snapshot=src.usage_snapshot,
+            # The source's context usage describes its latest state: only a fork of that state inherits it.
+            usage_snapshot=src.usage_snapshot if at_sequence is None and history else None,
             history_message_count=len(history),
             version=1,
             sequence_reserved=self.settings.sequence_block,
         )
         # The fork's log starts at 1: copied transcript entries keep their content, not the source's numbers.
+        # Session-level entries (a reset) up to the fork point come along, so the copy reads like the source.
         transcript = [
             replace(e, sequence=0, entry_id=0)
             for e in entries
-            if e.sequence <= cut and (not e.run_id or e.run_id in kept_runs)
+            if (e.run_id in kept_runs and e.sequence <= cut) or (not e.run_id and e.sequence <= cutoff)
         ]
         # The source's own hook registrations come along, in the fork's transaction.
         registrations = [
