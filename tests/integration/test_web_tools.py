@@ -17,7 +17,7 @@ from general_agent.testing import FakeAnthropic, Reply, TextReply, ToolUseBlock
 from general_agent.v1 import agent_service_pb2_grpc
 from tests.conftest import ServerFactory
 from tests.support.events import ONE_TOOL_THEN_TEXT, kinds, last_of
-from tests.support.fake_web import DDG_PATH, FakeWeb, SearchHit
+from tests.support.fake_web import DDG_PATH, FIRECRAWL_PATH, FakeWeb, SearchHit
 from tests.support.rpc import Stub, create_session, stream_turn
 
 ARTICLE = """<html><head><title>Lichens</title></head><body><article><h1>Lichens</h1>
@@ -128,3 +128,39 @@ async def test_redirect_to_a_private_address_is_a_tool_error(env: Env, fake_mode
         events = await stream_turn(env.stub, sid, "follow it")
         assert last_of(events, "tool_error").error == "SSRF blocked: 127.0.0.2 is a loopback address"
         assert internal.requests == []
+
+
+async def test_web_fetch_falls_back_to_firecrawl(
+    server_factory: ServerFactory, fake_model: FakeAnthropic, tmp_path: Path
+) -> None:
+    key = "fc-integration-key-9876543210"
+    async with FakeWeb() as web, FakeWeb() as firecrawl:
+        web.page("/walled", "<html><body>Access denied</body></html>", status=403)
+        firecrawl.firecrawl(api_key=key, markdown="# Lichens\n\nRendered by Firecrawl.", metadata={"title": "Lichens"})
+        server = await server_factory(
+            {
+                "GENERAL_AGENT_WORKSPACE_DIR": str(tmp_path / "workspaces"),
+                "GENERAL_AGENT_SSRF_ALLOW_HOSTS": "127.0.0.1",
+                "GENERAL_AGENT_WEB_FETCH_FIRECRAWL_BASE_URL": firecrawl.base_url,
+                "FIRECRAWL_API_KEY": key,
+            }
+        )
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+            sid = (await create_session(stub)).identity.session_id
+            fake_model.enqueue(tool_call("toolu_fc1", "web_fetch", url=web.url("/walled")), TextReply("read it"))
+            events = await stream_turn(stub, sid, "read the walled page")
+        assert kinds(events) == ONE_TOOL_THEN_TEXT
+        result = last_of(events, "tool_result")
+        assert (result.tool_name, result.is_error) == ("web_fetch", False)
+        details = json.loads(result.details_json)
+        assert (details["extractor"], details["contentType"], details["status"]) == ("firecrawl", "text/markdown", 200)
+        assert "Rendered by Firecrawl." in details["text"]
+        assert json.loads(sent_text(tool_result_sent(fake_model, 1))) == details
+        (request,) = firecrawl.requests
+        assert (request.method, request.path) == ("POST", FIRECRAWL_PATH)
+        assert request.headers["authorization"] == f"Bearer {key}"
+        assert request.json()["url"] == web.url("/walled")
+        assert web.paths() == ["/walled"]
+        assert key not in str(events)
+        assert all(key not in json.dumps(r.messages) for r in fake_model.requests)

@@ -1,6 +1,7 @@
 """A local web server for the web tools' tests (aiohttp on a loopback address, port 0): pages, redirects,
-JSON, hanging responses, and page builders for a fake DuckDuckGo HTML endpoint and a fake Brave Search API.
-Every request is recorded so tests can assert what was (and was not) fetched."""
+JSON, hanging responses, and page builders for a fake DuckDuckGo HTML endpoint, a fake Brave Search API and a
+fake Firecrawl scrape API. Every request is recorded (with its body) so tests can assert what was (and was not)
+fetched."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 DDG_PATH = "/html"
 BRAVE_PATH = "/res/v1/web/search"
+FIRECRAWL_PATH = "/v2/scrape"
 
 DDG_CHALLENGE = """<html><body><div class="anomaly-modal__title">Unfortunately, bots use DuckDuckGo too.</div>
 <form id="challenge-form" action="/anomaly.js"><p>Please complete the following challenge.</p></form></body></html>"""
@@ -30,6 +32,10 @@ class Recorded:
     path: str
     query: dict[str, str]
     headers: dict[str, str]
+    body: bytes = b""
+
+    def json(self) -> Any:
+        return json.loads(self.body)
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,7 @@ class FakeWeb:
                 path=request.path,
                 query=dict(request.query),
                 headers={k.lower(): v for k, v in request.headers.items()},
+                body=await request.read(),
             )
         )
         handler = self._routes.get(request.path)
@@ -137,6 +144,35 @@ class FakeWeb:
             return web.json_response(brave_json(hits))
 
         self.route(BRAVE_PATH, handler)
+
+    def firecrawl(
+        self,
+        *,
+        api_key: str,
+        markdown: str = "",
+        metadata: dict[str, Any] | None = None,
+        warning: str | None = None,
+        error_status: int | None = None,
+        error: str = "",
+        path: str = FIRECRAWL_PATH,
+    ) -> None:
+        """Answers like Firecrawl's scrape API: 401 unless the bearer token matches, then either the page as
+        markdown or, with error_status, `{"success": false, "error": ...}` with that status."""
+
+        async def handler(request: web.Request) -> web.StreamResponse:
+            if request.headers.get("Authorization") != f"Bearer {api_key}":
+                return web.json_response({"success": False, "error": "Unauthorized: invalid token"}, status=401)
+            if error_status is not None:
+                return web.json_response({"success": False, "error": error}, status=error_status)
+            body: dict[str, Any] = {
+                "success": True,
+                "data": {"markdown": markdown, "metadata": {"statusCode": 200, **(metadata or {})}},
+            }
+            if warning is not None:
+                body["warning"] = warning
+            return web.json_response(body)
+
+        self.route(path, handler)
 
 
 def _ddg_result(hit: SearchHit, classes: str = "result results_links web-result") -> str:

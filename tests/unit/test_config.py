@@ -75,3 +75,16 @@ def test_no_flag_for_secrets() -> None:
     with pytest.raises(SystemExit):
         parse("--anthropic-api-key-file", "x")
     assert "GENERAL_AGENT_ANTHROPIC_API_KEY_FILE" in settings_table_markdown()
+
+
+def test_firecrawl_key_from_the_environment_only() -> None:
+    settings = load_settings(None, {"FIRECRAWL_API_KEY": " fc-secret-1234 "})
+    assert settings.firecrawl_api_key == "fc-secret-1234"
+    assert "fc-secret-1234" not in repr(settings)
+    with pytest.raises(SystemExit):
+        parse("--firecrawl-api-key", "x")
+    assert "FIRECRAWL_API_KEY" in settings_table_markdown()
+    with pytest.raises(ConfigError, match="web_fetch_firecrawl_base_url"):
+        load_settings(None, {"GENERAL_AGENT_WEB_FETCH_FIRECRAWL_BASE_URL": "api.firecrawl.dev"})
+    with pytest.raises(ConfigError, match="web_fetch_firecrawl_timeout_seconds"):
+        load_settings(None, {"GENERAL_AGENT_WEB_FETCH_FIRECRAWL_TIMEOUT_SECONDS": "-1"})

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from general_agent_server.core.credentials import AuthProfile
 from general_agent_server.core.errors import ServiceError
@@ -103,6 +104,12 @@ SETTINGS: tuple[Setting, ...] = (
         help="Group-commit window for buffered events.",
     ),
     Setting(name="replica_id", kind=str, default="local", help="Lease owner id of this server process."),
+    Setting(
+        name="lease_ttl_seconds",
+        kind=float,
+        default=60.0,
+        help="Seconds a session lease lasts unrenewed (renewed every third of it while the session is loaded).",
+    ),
     Setting(name="max_model_calls_per_run", kind=int, default=50, help="Model calls one run may make."),
     Setting(name="max_tool_calls_per_run", kind=int, default=200, help="Tool calls one run may make."),
     Setting(name="run_deadline", kind=float, default=1800.0, help="Seconds one run may take (suspensions excluded)."),
@@ -160,6 +167,36 @@ SETTINGS: tuple[Setting, ...] = (
         help="User-Agent of web_fetch requests.",
     ),
     Setting(name="web_fetch_readability", kind=bool, default=True, help="Extract readable text from HTML."),
+    Setting(
+        name="web_fetch_firecrawl_enabled",
+        kind=bool,
+        default=True,
+        help="Fall back to Firecrawl when a fetch fails or finds no readable text; needs FIRECRAWL_API_KEY.",
+    ),
+    Setting(
+        name="web_fetch_firecrawl_base_url",
+        kind=str,
+        default="https://api.firecrawl.dev",
+        help="Firecrawl API base; a bare host gets /v2/scrape, any other path is used as is.",
+    ),
+    Setting(
+        name="web_fetch_firecrawl_only_main_content",
+        kind=bool,
+        default=True,
+        help="Ask Firecrawl for the main content only.",
+    ),
+    Setting(
+        name="web_fetch_firecrawl_max_age_ms",
+        kind=int,
+        default=172_800_000,
+        help="Oldest Firecrawl cached copy accepted, in milliseconds.",
+    ),
+    Setting(
+        name="web_fetch_firecrawl_timeout_seconds",
+        kind=float,
+        default=0.0,
+        help="Firecrawl request timeout; 0 means web_fetch_timeout_seconds.",
+    ),
     Setting(
         name="web_search_duckduckgo_url",
         kind=str,
@@ -227,6 +264,7 @@ class ServerSettings:
     subscriber_buffer: int = 4096
     store_flush_interval_ms: float = 20.0
     replica_id: str = "local"
+    lease_ttl_seconds: float = 60.0
     max_model_calls_per_run: int = 50
     max_tool_calls_per_run: int = 200
     run_deadline: float = 1800.0
@@ -254,6 +292,11 @@ class ServerSettings:
         "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36"
     )
     web_fetch_readability: bool = True
+    web_fetch_firecrawl_enabled: bool = True
+    web_fetch_firecrawl_base_url: str = "https://api.firecrawl.dev"
+    web_fetch_firecrawl_only_main_content: bool = True
+    web_fetch_firecrawl_max_age_ms: int = 172_800_000
+    web_fetch_firecrawl_timeout_seconds: float = 0.0
     web_search_duckduckgo_url: str = "https://html.duckduckgo.com/html"
     web_search_brave_url: str = "https://api.search.brave.com/res/v1/web/search"
     web_search_cache_ttl_minutes: float = 15.0
@@ -269,12 +312,14 @@ class ServerSettings:
     tenant_default_profiles: Mapping[str, str] = field(default_factory=dict)
     hosted_tools: tuple[HostedToolDefinition, ...] = ()
     brave_api_key: str = field(default="", repr=False)
+    firecrawl_api_key: str = field(default="", repr=False)
 
     def core(self) -> CoreSettings:
         return CoreSettings(
             default_model_ref=self.default_model,
             max_tokens_cap=self.max_tokens_cap,
             replica_id=self.replica_id,
+            lease_ttl_seconds=self.lease_ttl_seconds,
             subscriber_buffer=self.subscriber_buffer,
             max_image_bytes=self.max_image_bytes,
             max_message_bytes=self.max_message_bytes,
@@ -363,6 +408,7 @@ def load_settings(args: argparse.Namespace | None, environ: Mapping[str, str]) -
         tenant_default_profiles=dict(file_values.get("tenant_default_profiles", {})),
         hosted_tools=_hosted_tools(file_values.get("hosted_tools", [])),
         brave_api_key=environ.get("BRAVE_API_KEY") or environ.get("BRAVE_SEARCH_API_KEY") or "",
+        firecrawl_api_key=environ.get("FIRECRAWL_API_KEY", "").strip(),
     )
     _validate(settings)
     return settings
@@ -467,6 +513,7 @@ def _validate(settings: ServerSettings) -> None:
         "checkpoint_max_count",
         "checkpoint_max_bytes",
         "hook_max_payload_bytes",
+        "lease_ttl_seconds",
     ):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{name}: must be positive")
@@ -478,6 +525,13 @@ def _validate(settings: ServerSettings) -> None:
         raise ConfigError("exec_timeout: must not exceed exec_timeout_max")
     if settings.web_fetch_max_redirects < 0:
         raise ConfigError("web_fetch_max_redirects: must not be negative")
+    for name in ("web_fetch_firecrawl_max_age_ms", "web_fetch_firecrawl_timeout_seconds"):
+        if getattr(settings, name) < 0:
+            raise ConfigError(f"{name}: must not be negative")
+    if urlsplit(settings.web_fetch_firecrawl_base_url).scheme not in ("http", "https"):
+        raise ConfigError(
+            f"web_fetch_firecrawl_base_url: expected an http(s) URL, got {settings.web_fetch_firecrawl_base_url!r}"
+        )
     for tenant, profile_id in settings.tenant_default_profiles.items():
         if profile_id not in settings.auth_profiles:
             raise ConfigError(f"tenant_default_profiles.{tenant}: unknown profile {profile_id!r}")

@@ -1,19 +1,27 @@
 """Loads session actors on demand. An idle actor holds no task; the most recently used idle actors stay
 cached (bounded) so the next turn does not re-read the session and its history from the store. Also holds
-the in-memory API key overrides, which are never persisted."""
+the in-memory API key overrides, which are never persisted.
+
+Every actor in memory holds its session's lease in the store (spec 8.1) under this server's replica id,
+renewed in the background and released when the actor leaves memory, so a second replica sharing the
+store never drives the same session at the same time: it gets UNAVAILABLE until the lease is free."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from general_agent_server.core.actor import ActiveRun, ActorDeps, SessionActor
-from general_agent_server.core.errors import session_not_found
+from general_agent_server.core.errors import ErrorCode, ServiceError, session_not_found
 from general_agent_server.core.history import HistoryMessage
 from general_agent_server.core.runs import CallStatus
 from general_agent_server.core.session import SessionRecord, SessionState
+
+logger = logging.getLogger(__name__)
 
 _Key = tuple[str, str]
 
@@ -29,6 +37,55 @@ class ActorRegistry:
         self._idle: OrderedDict[_Key, SessionActor] = OrderedDict()
         self._loading: dict[_Key, asyncio.Future[SessionActor | None]] = {}
         self.memory_keys: dict[_Key, str] = {}
+        self._renewer: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ leases
+    def start(self) -> None:
+        self._renewer = asyncio.create_task(self._renew_leases(), name="lease-renewal")
+
+    async def close(self) -> None:
+        """Stops renewing and releases the leases of every actor in memory (the process is going away)."""
+        if self._renewer is not None:
+            self._renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewer
+            self._renewer = None
+        for actor in self.loaded():
+            await self._release(actor.tenant, actor.session_id)
+
+    async def claim(self, tenant: str, session_id: str) -> None:
+        """Takes the session's lease for this replica, or fails UNAVAILABLE while another replica holds it."""
+        owner = self._settings.replica_id
+        if not await self._store.acquire_lease(tenant, session_id, owner, ttl_seconds=self._settings.lease_ttl_seconds):
+            raise ServiceError(
+                ErrorCode.UNAVAILABLE,
+                "SESSION_BUSY",
+                f"session {session_id!r} is held by another server replica; retry shortly",
+                metadata={"session_id": session_id},
+                retry_after_seconds=self._settings.lease_ttl_seconds / 3,
+            )
+
+    async def _release(self, tenant: str, session_id: str) -> None:
+        try:
+            await self._store.release_lease(tenant, session_id, self._settings.replica_id)
+        except Exception:
+            logger.exception("could not release the lease of session %s", session_id, extra={"category": "system"})
+
+    async def _renew_leases(self) -> None:
+        interval = self._settings.lease_ttl_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            for actor in self.loaded():
+                try:
+                    await self.claim(actor.tenant, actor.session_id)
+                except ServiceError:
+                    # Another replica took an expired lease: this copy is stale, drop it when it is idle.
+                    logger.warning("lost the lease of session %s", actor.session_id, extra={"category": "system"})
+                    if actor.idle:
+                        self._idle.pop((actor.tenant, actor.session_id), None)
+                except Exception:
+                    logger.exception("lease renewal failed", extra={"category": "system"})
 
     def active(self) -> list[SessionActor]:
         return list(self._actors.values())
@@ -37,8 +94,9 @@ class ActorRegistry:
         key = (tenant, session_id)
         return self._actors.get(key) or self._idle.get(key)
 
-    def adopt(self, actor: SessionActor) -> None:
+    async def adopt(self, actor: SessionActor) -> None:
         """Caches the actor of a session this process just created (nothing to read back)."""
+        await self.claim(actor.tenant, actor.session_id)
         actor.on_idle = self._drop_if_idle
         self._park(actor)
 
@@ -56,6 +114,7 @@ class ActorRegistry:
         self._drop_if_idle(actor)
 
     def forget(self, tenant: str, session_id: str) -> None:
+        """The session is gone (deleted): its lease row went with it."""
         self._actors.pop((tenant, session_id), None)
         self._idle.pop((tenant, session_id), None)
         self.memory_keys.pop((tenant, session_id), None)
@@ -88,6 +147,7 @@ class ActorRegistry:
         record = await self._store.get_session(tenant, session_id)
         if record is None:
             return None
+        await self.claim(tenant, session_id)
         history = await self._store.load_history(tenant, session_id)
         await self._exporter.reconcile(tenant, session_id, self._store)
         actor = self.new_actor(record, history)
@@ -127,8 +187,15 @@ class ActorRegistry:
         self._idle.move_to_end(key)
         while len(self._idle) > self._settings.max_idle_actors:
             _, evicted = self._idle.popitem(last=False)
-            # The session object ends here (a later turn loads a new one and fires session_start again).
-            asyncio.get_running_loop().create_task(evicted.end_session_hooks(wait=False))
+            task = asyncio.create_task(self._evicted(evicted), name=f"evict-{evicted.session_id}")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _evicted(self, actor: SessionActor) -> None:
+        """The session object ends here (a later turn loads a new one and fires session_start again)."""
+        await actor.end_session_hooks(wait=False)
+        if self.peek(actor.tenant, actor.session_id) is None:  # not loaded again meanwhile
+            await self._release(actor.tenant, actor.session_id)
 
     def loaded(self) -> list[SessionActor]:
         """Every actor in memory, active or idle."""

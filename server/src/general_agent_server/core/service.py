@@ -150,6 +150,7 @@ class AgentCore:
     async def start(self) -> None:
         """Start-up recovery (spec 8.1): runs interrupted by a crash are marked FAILED/INTERRUPTED."""
         self.exporter.start()
+        self.registry.start()
         if self.event_log is not None:
             self.event_log.start()
         recovered = await recover_interrupted_runs(self.store, sequence_block=self.settings.sequence_block)
@@ -190,6 +191,7 @@ class AgentCore:
         await asyncio.gather(*self.hooks.background, return_exceptions=True)
         # Background processes of tools (exec) die with the server.
         await self.catalog.aclose()
+        await self.registry.close()  # leases released: another replica may take these sessions at once
         await self.exporter.close()
         if self.hook_dialer is not None:
             await self.hook_dialer.close()
@@ -397,7 +399,7 @@ class AgentCore:
         await self._insert_session(record, batch)
         for live, _ in registrations:
             await self._add_registration(ctx.tenant, live, already_stored=True)
-        self.registry.adopt(self.registry.new_actor(record, []))
+        await self.registry.adopt(self.registry.new_actor(record, []))
         if api_key:
             self.registry.memory_keys[(ctx.tenant, session_id)] = api_key
         logger.info("session created", extra={"category": "system", "tenant": ctx.tenant, "session_id": session_id})
@@ -427,7 +429,7 @@ class AgentCore:
         await self._insert_session(record, WriteBatch(tenant=tenant, session_id=identity.session_id))
         actor = self.registry.new_actor(record, [])
         actor.hooks.agent_id = agent_id
-        self.registry.adopt(actor)
+        await self.registry.adopt(actor)
         parent_key = self.registry.memory_keys.get((tenant, parent_session_id))
         if parent_key:
             self.registry.memory_keys[(tenant, identity.session_id)] = parent_key
@@ -624,7 +626,7 @@ class AgentCore:
         for live, _ in registrations:
             await self._add_registration(ctx.tenant, live, already_stored=True)
         actor = self.registry.new_actor(record, history)
-        self.registry.adopt(actor)
+        await self.registry.adopt(actor)
         self.exporter.append(ctx.tenant, session_id, transcript)
         if overrides.api_key:
             self.registry.memory_keys[(ctx.tenant, session_id)] = overrides.api_key

@@ -13,6 +13,8 @@ class CoreSettings:
     default_model_ref: str = "anthropic/claude-sonnet-4-6"
     max_tokens_cap: int = 64_000
     replica_id: str = "local"
+    # How long a session lease lasts without renewal (renewed every third of it while the actor is loaded).
+    lease_ttl_seconds: float = 60.0
     subscriber_buffer: int = 4096
     sequence_block: int = 4096
     idempotency_ttl_seconds: float = 24 * 3600

@@ -42,7 +42,7 @@ _EXCESS_BLANK_LINES = re.compile(r"\n{3,}")
 @dataclass(frozen=True, slots=True)
 class Extracted:
     text: str
-    extractor: str  # readability | raw-html | cf-markdown | json | raw
+    extractor: str  # readability | firecrawl | raw-html | cf-markdown | json | raw
     title: str | None = None
 
 
@@ -109,26 +109,54 @@ def _readable(cleaned: str) -> tuple[str, str | None] | None:
     return summary, title or None
 
 
-def extract_html(html: str, mode: str, *, readability: bool, base_url: str) -> Extracted:
+@dataclass(frozen=True, slots=True)
+class CleanPage:
+    """Parsed HTML with absolute links and hidden content removed."""
+
+    root: lxml.html.HtmlElement
+    title: str | None
+    source_chars: int
+
+
+def clean_html(html: str, *, base_url: str) -> CleanPage:
     try:
         root = lxml.html.document_fromstring(html)
     except (lxml.etree.ParserError, ValueError):
         raise ToolFailure("Web fetch extraction failed: the page could not be parsed as HTML.") from None
     # Relative links mean nothing to the model once the page is text.
     root.make_links_absolute(base_url, handle_failures="discard")
-    page_title = (root.findtext(".//title") or "").strip() or None
+    title = (root.findtext(".//title") or "").strip() or None
     remove_hidden(root)
-    if readability and len(html) <= MAX_READABILITY_CHARS:
-        readable = _readable(lxml.html.tostring(root, encoding="unicode"))
-        if readable is not None:
-            text = _render(readable[0], mode)
-            if text:
-                return Extracted(text=text, extractor="readability", title=readable[1] or page_title)
-    body = root.find("body")
-    text = _render(lxml.html.tostring(body if body is not None else root, encoding="unicode"), mode)
+    return CleanPage(root=root, title=title, source_chars=len(html))
+
+
+def readable_html(page: CleanPage, mode: str) -> Extracted | None:
+    """Readability's main article, or None when it finds nothing (or the page is too large for it)."""
+    if page.source_chars > MAX_READABILITY_CHARS:
+        return None
+    # Readability works on a serialised copy: the page stays intact for basic_html.
+    readable = _readable(lxml.html.tostring(page.root, encoding="unicode"))
+    if readable is None:
+        return None
+    text = _render(readable[0], mode)
+    return Extracted(text=text, extractor="readability", title=readable[1] or page.title) if text else None
+
+
+def basic_html(page: CleanPage, mode: str, *, firecrawl_tried: bool = False) -> Extracted:
+    """The whole visible page converted, the last resort."""
+    body = page.root.find("body")
+    text = _render(lxml.html.tostring(body if body is not None else page.root, encoding="unicode"), mode)
     if text:
-        return Extracted(text=text, extractor="raw-html", title=page_title)
-    raise ToolFailure("Web fetch extraction failed: Readability and basic HTML cleanup returned no content.")
+        return Extracted(text=text, extractor="raw-html", title=page.title)
+    tried = (
+        "Readability, Firecrawl, and basic HTML cleanup" if firecrawl_tried else "Readability and basic HTML cleanup"
+    )
+    raise ToolFailure(f"Web fetch extraction failed: {tried} returned no content.")
+
+
+def extract_html(html: str, mode: str, *, readability: bool, base_url: str) -> Extracted:
+    page = clean_html(html, base_url=base_url)
+    return (readable_html(page, mode) if readability else None) or basic_html(page, mode)
 
 
 def html_to_plain_text(html: str) -> str:
