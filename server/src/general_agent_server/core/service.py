@@ -508,7 +508,11 @@ class AgentCore:
                 actor.disarm_deadlines()
                 actor.close_subscribers()
             await actor.end_session_hooks(wait=False, deleted=True)
-        elif (record := await self.store.get_session(ctx.tenant, session_id)) is not None:
+        elif (
+            self.hooks.registry.has_handlers(frozenset({"session_end"}), tenant=ctx.tenant, session_id=session_id)
+            and (record := await self.store.get_session(ctx.tenant, session_id)) is not None
+        ):
+            # Read only when someone listens: a delete of an unloaded session costs no extra read otherwise.
             identity = {"sessionId": session_id, "sessionKey": record.identity.session_key}
             event = {**identity, "messageCount": record.history_message_count, "durationMs": 0}
             self.hooks.fire("session_end", event, identity, tenant=ctx.tenant, session_id=session_id)

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 from general_agent_server.core.clock import utcnow
 from general_agent_server.core.content import TextPart
 from general_agent_server.core.events import RunFinished, RunOutcome
-from general_agent_server.core.session import SessionConfig, SessionIdentity
+from general_agent_server.core.session import SessionIdentity
 from general_agent_server.core.tools import ToolContext, ToolFailure, ToolOutcome, ToolSpec
 from general_agent_server.core.turns import BusyPolicy, OnDisconnect, TurnOptions
 
 if TYPE_CHECKING:
+    from general_agent_server.core.actor import SessionActor
     from general_agent_server.core.service import AgentCore
 
 TOOL_NAME = "subagents"
@@ -105,7 +106,7 @@ class SubagentTool:
             context.run_id,
             **subagent_context,
         )
-        await self._create(parent.record.identity, parent.record.config, child, arguments, context)
+        await self._create(parent, child, arguments, context)
         hooks.fire("subagent_spawned", {**spawn_event, "runId": context.run_id}, context.run_id, **subagent_context)
         ok = False
         error = ""
@@ -138,17 +139,11 @@ class SubagentTool:
         return ToolOutcome.text(text or "(the subagent gave no text)", {"childSessionId": child_id, "ok": True})
 
     async def _create(
-        self,
-        parent_identity: SessionIdentity,
-        parent_config: SessionConfig,
-        child: _Child,
-        arguments: Mapping[str, Any],
-        context: ToolContext,
+        self, parent: SessionActor, child: _Child, arguments: Mapping[str, Any], context: ToolContext
     ) -> None:
         core = self._core
-        parent_tools = core.registry.peek(context.tenant, context.session_id)
-        offered = [n for n in (parent_tools.toolset().names() if parent_tools else []) if n in core.catalog.builtins]
-        tools = [n for n in offered if n != TOOL_NAME]
+        parent_config = parent.record.config
+        tools = [n for n in parent.toolset().names() if n in core.catalog.builtins and n != TOOL_NAME]
         wanted = arguments.get("allowedTools")
         if isinstance(wanted, list):
             unknown = sorted(set(wanted) - set(tools))
@@ -171,7 +166,7 @@ class SubagentTool:
             context.tenant,
             parent_session_id=context.session_id,
             identity=SessionIdentity(
-                mode=parent_identity.mode, session_id=child.session_id, session_key=child.session_key
+                mode=parent.record.identity.mode, session_id=child.session_id, session_key=child.session_key
             ),
             config=config,
             agent_id=child.agent_id,
