@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +18,13 @@ if TYPE_CHECKING:
     Stub = agent_service_pb2_grpc.AgentServiceAsyncStub
 else:
     Stub = agent_service_pb2_grpc.AgentServiceStub
+
+
+@asynccontextmanager
+async def connect(address: str) -> AsyncIterator[Stub]:
+    """A stub on a fresh channel to `address`, closed afterwards."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        yield agent_service_pb2_grpc.AgentServiceStub(channel)
 
 
 @dataclass

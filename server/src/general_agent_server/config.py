@@ -81,7 +81,14 @@ SETTINGS: tuple[Setting, ...] = (
         name="model_max_retries",
         kind=int,
         default=2,
-        help="SDK retries of 408/409/429/5xx/529 and network errors.",
+        help="Retries of a model call: 408/409/429/5xx/529 and network errors (by the SDK), and streams that "
+        "break after the response started (by the run loop).",
+    ),
+    Setting(
+        name="model_retry_backoff",
+        kind=float,
+        default=0.5,
+        help="Seconds before the first retry of a model stream that broke mid-way (doubled each retry, at most 8).",
     ),
     Setting(
         name="max_receive_message_length",
@@ -258,6 +265,7 @@ class ServerSettings:
     log_format: str = "json"
     model_request_timeout: float = 600.0
     model_max_retries: int = 2
+    model_retry_backoff: float = 0.5
     max_receive_message_length: int = 32 * MIB
     max_image_bytes: int = 5 * MIB
     max_message_bytes: int = 20 * MIB
@@ -318,6 +326,8 @@ class ServerSettings:
         return CoreSettings(
             default_model_ref=self.default_model,
             max_tokens_cap=self.max_tokens_cap,
+            model_stream_retries=self.model_max_retries,
+            model_retry_backoff_seconds=self.model_retry_backoff,
             replica_id=self.replica_id,
             lease_ttl_seconds=self.lease_ttl_seconds,
             subscriber_buffer=self.subscriber_buffer,

@@ -294,17 +294,18 @@ class SessionActor:
             sequence=sequence, session_id=self.session_id, run_id=run_id, create_time=utcnow(), body=body
         )
 
-    async def emit_delta(self, run_id: str, body: AssistantDelta | ReasoningDelta) -> None:
-        """Spec 5.6: deltas are numbered after coalescing. The first delta of a burst goes out at once;
-        deltas arriving before the event loop comes round again (the previous send still in flight) merge
-        into one event, sent at the next turn of the loop or before any other event."""
+    async def emit_delta(self, run_id: str, body: AssistantDelta | ReasoningDelta, *, first: bool = False) -> None:
+        """Deltas are numbered after coalescing (docs/protocol.md). The first delta of a content block goes
+        out at once; later deltas arriving before the event loop comes round again (the previous send
+        still in flight) merge into one event, sent at the next turn of the loop or before any other
+        event. What is numbered is what every subscriber and the log receive: nothing merges later."""
         pending = self._pending_delta
         if pending is not None:
-            if pending[0] == run_id and pending[1] is type(body):
+            if not first and pending[0] == run_id and pending[1] is type(body):
                 pending[2].append(body.text)
                 return
             await self.flush_deltas()
-        if self._delta_window_open:
+        if self._delta_window_open and not first:
             self._pending_delta = (run_id, type(body), [body.text])
             return
         await self._send_delta(run_id, body)

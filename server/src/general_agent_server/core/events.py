@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from general_agent_server.core.content import ContentPart
 from general_agent_server.core.errors import ErrorDetail
@@ -211,15 +211,3 @@ class SequencedEvent:
     run_id: str
     create_time: datetime
     body: EventBody
-
-    def merged_with(self, later: SequencedEvent) -> SequencedEvent:
-        """Two consecutive deltas of one kind as one event carrying the later sequence."""
-        body: Any = self.body
-        merged_body = type(body)(text=body.text + later.body.text)  # type: ignore[union-attr]
-        return SequencedEvent(
-            sequence=later.sequence,
-            session_id=later.session_id,
-            run_id=later.run_id,
-            create_time=later.create_time,
-            body=merged_body,
-        )

@@ -33,12 +33,15 @@ class ModelRequest:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TextDelta:
     text: str
+    # The first delta of its content block (sent at once, never merged into an earlier event).
+    first: bool = False
     kind: Literal["text_delta"] = "text_delta"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ThinkingDelta:
     text: str
+    first: bool = False
     kind: Literal["thinking_delta"] = "thinking_delta"
 
 
@@ -63,7 +66,11 @@ ModelStreamEvent = TextDelta | ThinkingDelta | ThinkingBlockEnd | MessageComplet
 
 
 class ModelCallError(Exception):
-    """The provider call failed after the SDK's retries. The message is already scrubbed of secrets."""
+    """The provider call failed after the SDK's retries. The message is already scrubbed of secrets.
+
+    `retryable` marks a failure after the response started (a dropped connection, a stream that ended
+    before `message_stop`, a malformed stream, an `overloaded_error` event): the SDK does not retry those,
+    so the run loop does, under the same retry budget."""
 
     def __init__(
         self,
@@ -73,6 +80,8 @@ class ModelCallError(Exception):
         provider_request_id: str = "",
         timeout: bool = False,
         partial_usage: Usage | None = None,
+        error_type: str = "",
+        retryable: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -80,6 +89,8 @@ class ModelCallError(Exception):
         self.provider_request_id = provider_request_id
         self.timeout = timeout
         self.partial_usage = partial_usage or Usage()
+        self.error_type = error_type
+        self.retryable = retryable
 
 
 class ModelClient(Protocol):

@@ -43,8 +43,10 @@ from general_agent_server.core.hook_payloads import MessageHistory, without_imag
 from general_agent_server.core.hook_points import WRITE_PATH_HOOKS
 from general_agent_server.core.hooks import HookFailedError, apply_model_override, system_prompt_with_context
 from general_agent_server.core.model import (
+    Credential,
     MessageComplete,
     ModelCallError,
+    ModelRequest,
     TextDelta,
     ThinkingBlockEnd,
     ThinkingDelta,
@@ -95,6 +97,8 @@ def provider_error_detail(error: ModelCallError) -> ErrorDetail:
     metadata = {"provider_request_id": error.provider_request_id}
     if status is not None:
         metadata["http_status"] = str(status)
+    if error.error_type:
+        metadata["error_type"] = error.error_type
     return ErrorDetail(code=code, reason="PROVIDER_ERROR", message=error.message, metadata=metadata)
 
 
@@ -317,24 +321,23 @@ class RunDriver:
                 prepend_context=self._prepend_context,
                 run_id=run.run_id,
             )
-            self._partial_text = []
-            self._in_model_call = True
-            complete: MessageComplete | None = None
+            complete = await self._call_model(request, run.credential)
+            if complete is None:
+                return
+            if not await self._after_model_call(complete, model_ref, tools):
+                return
+
+    async def _call_model(self, request: ModelRequest, credential: Credential) -> MessageComplete | None:
+        """One model call, its deltas emitted as they stream. A stream that breaks after the response
+        started is retried under the retry budget (the abandoned attempt's partial text is reported with
+        turn_complete{error} and goes to the transcript marked aborted, never to the model history); when
+        the budget is spent the run ends FAILED/PROVIDER_ERROR and this returns None."""
+        actor, run = self.actor, self.run
+        settings = actor.settings
+        attempt = 0
+        while True:
             try:
-                async for item in actor.model.stream(request, run.credential):
-                    if not run.admitted.is_set():
-                        await run.admitted.wait()
-                    if self._landing is not None:
-                        await self._land()
-                    if isinstance(item, TextDelta):
-                        self._partial_text.append(item.text)
-                        await actor.emit_delta(run.run_id, AssistantDelta(text=item.text))
-                    elif isinstance(item, ThinkingDelta):
-                        await actor.emit_delta(run.run_id, ReasoningDelta(text=item.text))
-                    elif isinstance(item, ThinkingBlockEnd):
-                        await actor.emit_buffered(run.run_id, ReasoningEnd())
-                    else:
-                        complete = item
+                return await self._stream_once(request, credential)
             except ModelCallError as error:
                 await run.admitted.wait()
                 await self._land()
@@ -342,21 +345,56 @@ class RunDriver:
                 self._in_model_call = False
                 self.usage = self.usage + error.partial_usage
                 detail = provider_error_detail(error)
+                # The failed call's turn_complete{error}; its partial text goes to the transcript only.
+                closed = actor.stamp(run.run_id, TurnComplete(stop_reason=StopReason.ERROR, error=detail))
+                transcript = self._aborted_partial(closed.sequence)
+                if error.retryable and attempt < settings.model_stream_retries:
+                    attempt += 1
+                    await actor.commit(events=[closed], transcript=transcript)
+                    await asyncio.sleep(min(8.0, settings.model_retry_backoff_seconds * 2 ** (attempt - 1)))
+                    continue
                 await self._finish(
                     RunOutcome.FAILED,
                     reason=RunReason.PROVIDER_ERROR,
                     stop_reason=StopReason.ERROR,
                     error=detail,
-                    turn_error=detail,
+                    lead_events=[closed],
+                    transcript=transcript,
                 )
-                return
-            await self._land()
-            await actor.flush_deltas()
-            self._in_model_call = False
-            if complete is None:
-                raise RuntimeError("model stream ended without a message")
-            if not await self._after_model_call(complete, model_ref, tools):
-                return
+                return None
+
+    def _aborted_partial(self, sequence: int) -> list[TranscriptEntry]:
+        """The text a failed or aborted model call streamed, for the transcript only."""
+        partial = "".join(self._partial_text)
+        if not partial:
+            return []
+        return [self.actor.transcript_entry(self.run.run_id, AssistantEntry(text=partial, aborted=True), sequence)]
+
+    async def _stream_once(self, request: ModelRequest, credential: Credential) -> MessageComplete:
+        actor, run = self.actor, self.run
+        self._partial_text = []
+        self._in_model_call = True
+        complete: MessageComplete | None = None
+        async for item in actor.model.stream(request, credential):
+            if not run.admitted.is_set():
+                await run.admitted.wait()
+            if self._landing is not None:
+                await self._land()
+            if isinstance(item, TextDelta):
+                self._partial_text.append(item.text)
+                await actor.emit_delta(run.run_id, AssistantDelta(text=item.text), first=item.first)
+            elif isinstance(item, ThinkingDelta):
+                await actor.emit_delta(run.run_id, ReasoningDelta(text=item.text), first=item.first)
+            elif isinstance(item, ThinkingBlockEnd):
+                await actor.emit_buffered(run.run_id, ReasoningEnd())
+            else:
+                complete = item
+        await self._land()
+        await actor.flush_deltas()
+        self._in_model_call = False
+        if complete is None:
+            raise RuntimeError("model stream ended without a message")
+        return complete
 
     async def _deliver_injections(self) -> None:
         """Steering messages go to the model at its next call, after that call's tool results (spec 5.1)."""
@@ -814,11 +852,7 @@ class RunDriver:
         await actor.flush_deltas()  # what streamed before the stop still reaches watchers, in order
         if self._in_model_call:
             lead.append(actor.stamp(run.run_id, TurnComplete(stop_reason=StopReason.ABORTED)))
-            partial = "".join(self._partial_text)
-            if partial:
-                transcript.append(
-                    actor.transcript_entry(run.run_id, AssistantEntry(text=partial, aborted=True), lead[0].sequence)
-                )
+            transcript.extend(self._aborted_partial(lead[0].sequence))
         else:
             message, resolved_by = stop_message(reason)
             await self._close_round(message, resolved_by)
@@ -859,7 +893,8 @@ class RunDriver:
             RunReason.MODEL_REFUSAL,
             RunReason.OUTPUT_TRUNCATED,
         )
-        if stop_reason is not None and closes_model_call:
+        model_call_closed = any(isinstance(e.body, TurnComplete) for e in events)
+        if stop_reason is not None and closes_model_call and not model_call_closed:
             events.append(actor.stamp(run.run_id, TurnComplete(stop_reason=stop_reason, error=turn_error)))
         finished = actor.stamp(
             run.run_id,

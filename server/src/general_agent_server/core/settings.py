@@ -12,6 +12,9 @@ from general_agent_server.core.plugins import PluginMode
 class CoreSettings:
     default_model_ref: str = "anthropic/claude-sonnet-4-6"
     max_tokens_cap: int = 64_000
+    # Retries of a model stream that broke after the response started, and the first backoff.
+    model_stream_retries: int = 2
+    model_retry_backoff_seconds: float = 0.5
     replica_id: str = "local"
     # How long a session lease lasts without renewal (renewed every third of it while the actor is loaded).
     lease_ttl_seconds: float = 60.0

@@ -1,6 +1,6 @@
-"""Per-subscriber event buffers. A slow consumer never slows the run: deltas merge while the consumer
-lags (the first delta is delivered at once), and a buffer that still overflows ends that subscriber
-with SLOW_CONSUMER."""
+"""Per-subscriber event buffers. A slow consumer never slows the run: a buffer that overflows ends that
+subscriber with SLOW_CONSUMER. Events are delivered exactly as numbered (never merged here), so a live
+stream and a replay from the log carry the same events byte for byte."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import asyncio
 from collections import deque
 
 from general_agent_server.core.errors import ErrorCode, ServiceError
-from general_agent_server.core.events import COALESCIBLE_KINDS, SequencedEvent
+from general_agent_server.core.events import SequencedEvent
 
 
 class Subscriber:
@@ -23,25 +23,16 @@ class Subscriber:
         if self._closed:
             return
         items = self._items
-        if items:
-            last = items[-1]
-            if (
-                event.body.kind in COALESCIBLE_KINDS
-                and last.body.kind == event.body.kind
-                and last.run_id == event.run_id
-            ):
-                items[-1] = last.merged_with(event)
-                return
-            if len(items) >= self._max:
-                self.fail(
-                    ServiceError(
-                        ErrorCode.RESOURCE_EXHAUSTED,
-                        "SLOW_CONSUMER",
-                        "the stream fell too far behind the session's events; reconnect with after_sequence",
-                        metadata={"last_delivered_sequence": str(items[0].sequence - 1)},
-                    )
+        if len(items) >= self._max:
+            self.fail(
+                ServiceError(
+                    ErrorCode.RESOURCE_EXHAUSTED,
+                    "SLOW_CONSUMER",
+                    "the stream fell too far behind the session's events; reconnect with after_sequence",
+                    metadata={"last_delivered_sequence": str(items[0].sequence - 1)},
                 )
-                return
+            )
+            return
         items.append(event)
         self._wake.set()
 

@@ -6,13 +6,13 @@ Raw events from `messages.create(stream=True)` are accumulated by hand with list
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
+import httpx2
 
 from general_agent_server.core.model import (
     Credential,
@@ -109,6 +109,7 @@ class AnthropicModelClient:
             raise _call_error(exc, credential) from None
         blocks: dict[int, _Block] = {}
         stop_reason: str | None = None
+        stopped = False
         try:
             request_id = stream.response.headers.get("request-id", "") or ""
             async for event in stream:
@@ -117,11 +118,13 @@ class AnthropicModelClient:
                     delta = event.delta
                     block = blocks[event.index]
                     if delta.type == "text_delta":
+                        first = not block.parts
                         block.parts.append(delta.text)
-                        yield TextDelta(text=delta.text)
+                        yield TextDelta(text=delta.text, first=first)
                     elif delta.type == "thinking_delta":
+                        first = not block.parts
                         block.parts.append(delta.thinking)
-                        yield ThinkingDelta(text=delta.thinking)
+                        yield ThinkingDelta(text=delta.thinking, first=first)
                     elif delta.type == "input_json_delta":
                         block.parts.append(delta.partial_json)
                     elif delta.type == "signature_delta":
@@ -137,13 +140,22 @@ class AnthropicModelClient:
                 elif etype == "message_delta":
                     stop_reason = event.delta.stop_reason or stop_reason
                     _merge_usage(usage, event.usage.model_dump())
+                elif etype == "message_stop":
+                    stopped = True
         except anthropic.APIError as exc:
-            raise _call_error(exc, credential, usage=usage, request_id=request_id) from None
-        except asyncio.CancelledError:
-            await stream.close()
-            raise
+            raise _call_error(exc, credential, usage=usage, request_id=request_id, mid_stream=True) from None
+        except httpx2.TimeoutException:
+            raise _stream_failure("the model stream timed out", usage, request_id, timeout=True) from None
+        except httpx2.TransportError as exc:
+            raise _stream_failure(f"the model stream broke: {type(exc).__name__}", usage, request_id) from None
+        except (ValueError, KeyError):
+            # Undecodable event data, or a delta for a block that never started.
+            raise _stream_failure("the model stream was malformed", usage, request_id) from None
         finally:
             await stream.close()
+        if not stopped:
+            # The connection ended mid-message: what arrived is a fragment, never a message.
+            raise _stream_failure("the model stream ended before message_stop", usage, request_id)
         content = [blocks[i].finish() for i in sorted(blocks)]
         yield MessageComplete(content=content, stop_reason=stop_reason, usage=_usage(usage), request_id=request_id)
 
@@ -165,23 +177,68 @@ def _usage(raw: dict[str, int]) -> Usage:
     )
 
 
+# The HTTP status an error type stands for, for errors that arrive as an SSE `error` event after the
+# response already answered 200 (an `overloaded_error` mid-generation is the common one).
+_ERROR_TYPE_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
+
+def _retryable(status: int | None) -> bool:
+    """The statuses the SDK itself retries before a response starts: 408, 409, 429 and 5xx."""
+    return status is None or status in (408, 409, 429) or status >= 500
+
+
 def _call_error(
     exc: anthropic.APIError,
     credential: Credential,
     *,
     usage: dict[str, int] | None = None,
     request_id: str = "",
+    mid_stream: bool = False,
 ) -> ModelCallError:
     status: int | None = None
+    error_type = ""
     message = str(exc.message) if getattr(exc, "message", None) else str(exc)
     if isinstance(exc, anthropic.APIStatusError):
         status = exc.status_code
         request_id = exc.request_id or request_id
         message = exc.api_message or message
+        error_type = _error_type(exc.body)
+        if status == 200:
+            # An SSE error event: the response said 200 before the failure; the error type says what it was.
+            status = _ERROR_TYPE_STATUS.get(error_type, 500)
     return ModelCallError(
         scrub(message, (credential.api_key,)),
         http_status=status,
         provider_request_id=request_id,
         timeout=isinstance(exc, anthropic.APITimeoutError),
         partial_usage=_usage(usage or {}),
+        error_type=error_type,
+        # Before the response started, the SDK has already retried what it retries.
+        retryable=mid_stream and _retryable(status),
+    )
+
+
+def _error_type(body: object) -> str:
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and isinstance(error.get("type"), str):
+            return str(error["type"])
+    return ""
+
+
+def _stream_failure(message: str, usage: dict[str, int], request_id: str, *, timeout: bool = False) -> ModelCallError:
+    """A network failure after the response started: the provider is unavailable, the call may be retried."""
+    return ModelCallError(
+        message, provider_request_id=request_id, timeout=timeout, partial_usage=_usage(usage), retryable=True
     )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .fake_anthropic import (
         Block,
+        CutStreamReply,
         ErrorReply,
         FakeAnthropic,
         FakeAnthropicThread,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Block",
+    "CutStreamReply",
     "ErrorReply",
     "FakeAnthropic",
     "FakeAnthropicThread",

@@ -51,6 +51,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 __all__ = [
     "Block",
+    "CutStreamReply",
     "ErrorReply",
     "FakeAnthropic",
     "FakeAnthropicThread",
@@ -437,7 +438,27 @@ class HangReply:
         return (self.reply or TextReply("ok")).to_reply()
 
 
-ReplyLike: TypeAlias = Reply | TextReply | ErrorReply | StreamErrorReply | HangReply
+@dataclass(frozen=True)
+class CutStreamReply:
+    """A stream whose connection ends part-way, without ``message_stop``.
+
+    What a dropped connection or a proxy that closes early looks like to the
+    client: the first ``after_events`` SSE events of ``reply`` (``message_start``
+    and ``ping`` included), then the end of the body. With ``garbage`` set, one
+    undecodable ``content_block_delta`` frame is sent before the end instead (a
+    malformed stream). A non-streaming request gets a 500.
+    """
+
+    after_events: int = 3
+    reply: Reply | TextReply | None = None
+    garbage: bool = False
+
+    def base_reply(self) -> Reply:
+        """The reply whose first events are streamed before the cut."""
+        return (self.reply or TextReply("partial answer that never ends")).to_reply()
+
+
+ReplyLike: TypeAlias = Reply | TextReply | ErrorReply | StreamErrorReply | HangReply | CutStreamReply
 
 
 def text_deltas(n: int, delta: str | None = None, *, usage: Usage = Usage()) -> TextReply:
@@ -1079,6 +1100,13 @@ class FakeAnthropic:
             events.append(("error", _error_body(reply.error_type, reply.message, rec.request_id)))
             return await self._stream(request, rec, events, delay=msg.reply.delay_between_events)
 
+        if isinstance(reply, CutStreamReply):
+            if not rec.stream:
+                return self._error(rec, 500, "api_error", "Internal server error")
+            msg = _Message(reply.base_reply(), rec)
+            events = msg.all_events()[: reply.after_events]
+            return await self._stream(request, rec, events, delay=msg.reply.delay_between_events, garbage=reply.garbage)
+
         if isinstance(reply, HangReply):
             msg = _Message(reply.base_reply(), rec)
             if not rec.stream:
@@ -1135,6 +1163,7 @@ class FakeAnthropic:
         delay: float = 0.0,
         hang_after: int | None = None,
         gate: ThreadSafeEvent | None = None,
+        garbage: bool = False,
     ) -> web.StreamResponse:
         rec.status = 200
         response = web.StreamResponse(
@@ -1155,6 +1184,8 @@ class FakeAnthropic:
                     await asyncio.sleep(delay)
             if gate is not None and hang_after is not None and hang_after >= len(events):
                 await self._wait_gate(request, gate)
+            if garbage:
+                await response.write(b"event: content_block_delta\ndata: {not json\n\n")
             await response.write_eof()
         except (_ClientGone, ConnectionResetError):
             self._note_gone(rec)
