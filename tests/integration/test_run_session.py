@@ -6,17 +6,19 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 
-from general_agent.testing import FakeAnthropic, HangReply, Reply, TextBlock, TextReply, ToolUseBlock
+from general_agent.testing import FakeAnthropic, HangReply, Reply, TextBlock, TextReply, ToolUseBlock, text_deltas
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import event_pb2, session_pb2, tool_pb2
 from general_agent_server.app import RunningServer
+from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, sequences, text_of
-from tests.support.rpc import Stub, create_session, decode_error, events_after, stream_turn, text_input
+from tests.support.rpc import Stub, connect, create_session, decode_error, events_after, stream_turn, text_input
 
 READ_TIMEOUT = 10.0
 
@@ -799,3 +801,40 @@ async def test_client_cancel_with_continue_policy_keeps_the_run(
     assert finished.outcome == event_pb2.RUN_OUTCOME_COMPLETED
     assert text_of(log) == "partial rest"
     assert not fake_model.requests[0].disconnected.is_set()
+
+
+async def test_a_result_sent_right_after_attach_on_a_restarted_server_streams_every_event(
+    server_factory: ServerFactory, fake_model: FakeAnthropic, tmp_path: Path
+) -> None:
+    """The attach replays from its cursor while the result continues the run: every event after the cursor
+    reaches the stream once, in order, whatever the timing (no pause between attach and the command)."""
+    state = tmp_path / "restart-state"
+    server = await server_factory(state_dir=state)
+    for attempt in range(6):
+        async with connect(server.address) as stub:
+            sid = await hosted_session(stub)
+            fake_model.enqueue(
+                Reply(blocks=[ToolUseBlock(id=f"toolu_{attempt}", name="lookup", input={"q": "x"})]),
+                text_deltas(200, "w "),
+            )
+            suspended = await stream_turn(stub, sid, "look it up")
+            cursor = suspended[-1].sequence
+        await server.stop(grace=1.0)
+        server = await server_factory(state_dir=state)
+        async with connect(server.address) as stub:
+            bidi = await open_bidi(stub, sid, after_sequence=cursor)
+            bidi.send(
+                hosted_result=api.RunSessionHostedResult(
+                    command_id="res", call_id=f"toolu_{attempt}", output_json='"found"'
+                )
+            )
+            finished = await bidi.finished(suspended[0].run_id)
+            assert finished.run_finished.outcome == event_pb2.RUN_OUTCOME_COMPLETED
+            streamed = bidi.events()
+            assert text_of(streamed) == "w " * 200, f"attempt {attempt}: {kinds(streamed)}"
+            logged = await events_after(stub, sid, cursor, finished.sequence)
+            assert [e.SerializeToString(deterministic=True) for e in streamed] == [
+                e.SerializeToString(deterministic=True) for e in logged
+            ]
+            bidi.close()
+            await bidi.drain()
