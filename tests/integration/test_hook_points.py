@@ -152,6 +152,11 @@ async def test_llm_input_and_llm_output_carry_the_effective_prompt_and_usage(
     events = [r.event async for r in agent.stub.StreamTurn(request)]
     run_id = events[0].run_id
     await host.wait_for("llm_input", "llm_output")
+    # run_started names the model the run uses, after before_model_resolve; the request went to it.
+    assert events[0].run_started.model_ref == "anthropic/claude-opus-4-6"
+    assert fake_model.requests[-1].model == "claude-opus-4-6"
+    history = await agent.stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid))
+    assert history.entries[0].system_prompt.model_ref == "anthropic/claude-opus-4-6"
 
     llm_input = host.of("llm_input")[0].request.event
     assert (llm_input.run_id, llm_input.session_id) == (run_id, sid)

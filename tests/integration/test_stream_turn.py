@@ -127,6 +127,28 @@ async def test_thinking_is_streamed_then_replayed_with_its_signature(stub: Stub,
     assert second[2]["content"][0]["text"] == "and 3+3?"
 
 
+async def test_interleaved_thinking_beta_goes_with_budget_thinking_and_tools(
+    stub: Stub, fake_model: FakeAnthropic
+) -> None:
+    budget = session_pb2.ThinkingConfig(mode=session_pb2.THINKING_MODE_BUDGET, budget_tokens=2048)
+    cases = [
+        # (model, thinking, tools allowed, expected anthropic-beta)
+        ("anthropic/claude-haiku-4-5", budget, True, "interleaved-thinking-2025-05-14"),
+        ("anthropic/claude-haiku-4-5", budget, False, None),
+        ("anthropic/claude-haiku-4-5", session_pb2.ThinkingConfig(mode=session_pb2.THINKING_MODE_OFF), True, None),
+        ("anthropic/claude-sonnet-4-6", session_pb2.ThinkingConfig(), True, None),  # adaptive: no beta needed
+    ]
+    for model_ref, thinking, tools, expected in cases:
+        fields: dict[str, object] = {"model_ref": model_ref, "thinking": thinking}
+        if not tools:
+            fields["allowed_tools"] = ["__none__"]
+        sid = (await create_session(stub, **fields)).identity.session_id
+        await stream_turn(stub, sid, "hi")
+        request = fake_model.requests[-1]
+        assert bool(request.tools) is tools, model_ref
+        assert request.headers.get("anthropic-beta") == expected, (model_ref, thinking, tools)
+
+
 async def test_thinking_is_dropped_when_the_model_family_changes(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = (await create_session(stub, model_ref="claude-sonnet-4-6")).identity.session_id
     fake_model.enqueue(TextReply("A", thinking="think", signature="s1"))

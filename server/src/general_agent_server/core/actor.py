@@ -46,7 +46,14 @@ from general_agent_server.core.hook_points import SessionHooks
 from general_agent_server.core.hooks import HookRunner
 from general_agent_server.core.model import Credential, ModelClient
 from general_agent_server.core.request_builder import user_content_blocks
-from general_agent_server.core.runner import CommitRefused, RunDriver
+from general_agent_server.core.runner import (
+    MODEL_HOOKS,
+    CommitRefused,
+    ModelHookAnswers,
+    RunDriver,
+    ask_model_hooks,
+    prompt_text,
+)
 from general_agent_server.core.runs import (
     CallKind,
     CallResult,
@@ -126,6 +133,8 @@ class ActiveRun:
     # What the model/prompt hooks decided (model ref, system prompt, prependContext): kept for the whole
     # run, continuations after a suspension included.
     prompt_plan: tuple[str, str | None, str] | None = None
+    # The model hooks' answers, asked at admission so that run_started names the model the run uses.
+    model_hooks: ModelHookAnswers | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -462,7 +471,39 @@ class SessionActor:
         if self.record.state is not SessionState.IDLE or self.run is not None:
             raise self.busy_error()
         now = utcnow()
+        transcript = [
+            self.transcript_entry(
+                run_id, SystemPromptEntry(prompt=self.record.config.system_prompt, model_ref=model_ref)
+            ),
+            self.transcript_entry(run_id, MessageEntry(content=turn.parts)),
+        ]
+        self.hooks.begin_run()
+        self._fire_session_start(run_id)
+        answers: ModelHookAnswers | None = None
+        if self.hooks.wants(MODEL_HOOKS) and not self.record.stop_requested:
+            # Hook order: the admission's transcript writes, then the model hooks; run_started, committed
+            # with those writes, then names the model the run really uses.
+            transcript = await self.hooks.filter_transcript(transcript)
+            answers = await ask_model_hooks(
+                self.hooks,
+                run_id,
+                prompt_text(turn.parts),
+                self.history,
+                model_ref,
+                budget=self.settings.run_deadline_seconds,
+            )
+            model_ref = answers.model_ref
         started = self.stamp(run_id, RunStarted(trigger=turn.trigger, request_id=turn.request_id, model_ref=model_ref))
+        transcript = [
+            replace(
+                entry,
+                sequence=started.sequence,
+                body=replace(entry.body, model_ref=model_ref)
+                if isinstance(entry.body, SystemPromptEntry)
+                else entry.body,
+            )
+            for entry in transcript
+        ]
         run_record = RunRecord(
             tenant=self.tenant,
             session_id=self.session_id,
@@ -475,18 +516,8 @@ class SessionActor:
             request_id=turn.request_id,
             body_hash=turn.body_hash,
         )
-        transcript = [
-            self.transcript_entry(
-                run_id,
-                SystemPromptEntry(prompt=self.record.config.system_prompt, model_ref=model_ref),
-                started.sequence,
-            ),
-            self.transcript_entry(run_id, MessageEntry(content=turn.parts), started.sequence),
-        ]
         if self.deps.event_log is not None:
             self.deps.event_log.query_started(self.tenant, self.session_id, run_id, turn.parts)
-        self.hooks.begin_run()
-        self._fire_session_start(run_id)
         if self.record.stop_requested:
             # Seed semantics: the message is recorded for people, not given to the model.
             complete = self.stamp(run_id, TurnComplete(stop_reason=StopReason.STOP_REQUESTED))
@@ -506,7 +537,9 @@ class SessionActor:
             run.finished.set()
             return run
         user_message = HistoryMessage(role="user", content=user_content_blocks(turn.parts), run_id=run_id)
-        run = ActiveRun(run_id=run_id, record=run_record, model_ref=model_ref, credential=credential)
+        run = ActiveRun(
+            run_id=run_id, record=run_record, model_ref=model_ref, credential=credential, model_hooks=answers
+        )
         self.run = run
         # The model request goes out while the admission commits (it only reads the history it is given);
         # the driver emits nothing until `admitted` is set.
@@ -516,6 +549,7 @@ class SessionActor:
             await self.commit(
                 events=[started],
                 transcript=transcript,
+                transcript_filtered=answers is not None,
                 history=[user_message],
                 runs=[run_record],
                 state=SessionState.RUNNING,

@@ -28,6 +28,8 @@ class ModelRequest:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)
     thinking: dict[str, Any] | None = None
+    # `anthropic-beta` values the request needs (interleaved thinking for some families).
+    betas: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

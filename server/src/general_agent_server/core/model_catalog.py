@@ -20,24 +20,35 @@ class ModelCapabilities:
     max_output_tokens: int
     thinking: ThinkingKind
     images: bool = True
+    # Thinking between tool calls needs the interleaved-thinking beta (the Claude 4 families with budget
+    # thinking); adaptive-thinking families interleave without it, older ones cannot.
+    interleaved_thinking_beta: bool = False
+
+
+INTERLEAVED_THINKING_BETA = "interleaved-thinking-2025-05-14"
 
 
 # Longest marker first: the first marker contained in the model id decides the family.
 _FAMILIES: tuple[tuple[str, ModelCapabilities], ...] = tuple(
-    (marker, ModelCapabilities(family=marker, context_window=cw, max_output_tokens=out, thinking=kind))
-    for marker, cw, out, kind in (
-        ("opus-4-6", 200_000, 128_000, ThinkingKind.ADAPTIVE),
-        ("sonnet-4-6", 200_000, 64_000, ThinkingKind.ADAPTIVE),
-        ("opus-4-5", 200_000, 64_000, ThinkingKind.BUDGET),
-        ("sonnet-4-5", 200_000, 64_000, ThinkingKind.BUDGET),
-        ("haiku-4-5", 200_000, 64_000, ThinkingKind.BUDGET),
-        ("opus-4-1", 200_000, 32_000, ThinkingKind.BUDGET),
-        ("opus-4", 200_000, 32_000, ThinkingKind.BUDGET),
-        ("sonnet-4", 200_000, 64_000, ThinkingKind.BUDGET),
-        ("3-7-sonnet", 200_000, 64_000, ThinkingKind.BUDGET),
-        ("3-5-haiku", 200_000, 8_192, ThinkingKind.NONE),
-        ("3-5-sonnet", 200_000, 8_192, ThinkingKind.NONE),
-        ("3-haiku", 200_000, 4_096, ThinkingKind.NONE),
+    (
+        marker,
+        ModelCapabilities(
+            family=marker, context_window=cw, max_output_tokens=out, thinking=kind, interleaved_thinking_beta=beta
+        ),
+    )
+    for marker, cw, out, kind, beta in (
+        ("opus-4-6", 200_000, 128_000, ThinkingKind.ADAPTIVE, False),
+        ("sonnet-4-6", 200_000, 64_000, ThinkingKind.ADAPTIVE, False),
+        ("opus-4-5", 200_000, 64_000, ThinkingKind.BUDGET, True),
+        ("sonnet-4-5", 200_000, 64_000, ThinkingKind.BUDGET, True),
+        ("haiku-4-5", 200_000, 64_000, ThinkingKind.BUDGET, True),
+        ("opus-4-1", 200_000, 32_000, ThinkingKind.BUDGET, True),
+        ("opus-4", 200_000, 32_000, ThinkingKind.BUDGET, True),
+        ("sonnet-4", 200_000, 64_000, ThinkingKind.BUDGET, True),
+        ("3-7-sonnet", 200_000, 64_000, ThinkingKind.BUDGET, False),
+        ("3-5-haiku", 200_000, 8_192, ThinkingKind.NONE, False),
+        ("3-5-sonnet", 200_000, 8_192, ThinkingKind.NONE, False),
+        ("3-haiku", 200_000, 4_096, ThinkingKind.NONE, False),
     )
 )
 

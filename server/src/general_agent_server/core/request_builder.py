@@ -11,7 +11,12 @@ from typing import Any
 from general_agent_server.core.content import ContentPart, ImagePart, TextPart
 from general_agent_server.core.history import HistoryMessage
 from general_agent_server.core.model import ModelRequest
-from general_agent_server.core.model_catalog import ThinkingKind, capabilities, provider_model_id
+from general_agent_server.core.model_catalog import (
+    INTERLEAVED_THINKING_BETA,
+    ThinkingKind,
+    capabilities,
+    provider_model_id,
+)
 from general_agent_server.core.session import SessionConfig, ThinkingMode
 
 _EPHEMERAL = {"type": "ephemeral"}
@@ -93,13 +98,16 @@ def build_request(
     messages = history_messages(history, model_ref)
     _mark_cache_breakpoint(messages)
     system = [{"type": "text", "text": system_prompt, "cache_control": _EPHEMERAL}] if system_prompt else []
+    thinking = thinking_param(config, model_ref, max_tokens)
+    interleaved = thinking is not None and bool(tools) and capabilities(model_ref).interleaved_thinking_beta
     return ModelRequest(
         model=provider_model_id(model_ref),
         max_tokens=max_tokens,
         system=system,
         messages=messages,
         tools=tools,
-        thinking=thinking_param(config, model_ref, max_tokens),
+        thinking=thinking,
+        betas=(INTERLEAVED_THINKING_BETA,) if interleaved else (),
     )
 
 

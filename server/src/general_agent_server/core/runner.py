@@ -13,12 +13,12 @@ import contextlib
 import json
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from general_agent_server.core.clock import utcnow
-from general_agent_server.core.content import ImagePart, TextPart
+from general_agent_server.core.content import ContentPart, ImagePart, TextPart
 from general_agent_server.core.errors import ErrorCode, ErrorDetail
 from general_agent_server.core.events import (
     AssistantDelta,
@@ -40,7 +40,7 @@ from general_agent_server.core.events import (
 )
 from general_agent_server.core.history import HistoryMessage
 from general_agent_server.core.hook_payloads import MessageHistory, without_images
-from general_agent_server.core.hook_points import WRITE_PATH_HOOKS
+from general_agent_server.core.hook_points import WRITE_PATH_HOOKS, SessionHooks
 from general_agent_server.core.hooks import HookFailedError, apply_model_override, system_prompt_with_context
 from general_agent_server.core.model import (
     Credential,
@@ -68,6 +68,59 @@ RUN_HOOKS = frozenset({"before_model_resolve", "before_agent_start", "before_pro
     WRITE_PATH_HOOKS
 )
 END_HOOKS = frozenset({"agent_end", "llm_output"})
+# The hooks that may change a run's model: asked once, at admission, so run_started names the model used.
+MODEL_HOOKS = frozenset({"before_model_resolve", "before_agent_start"})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelHookAnswers:
+    """What before_model_resolve and the legacy before_agent_start answered for a run (or how they failed:
+    a fail-closed failure fails the run HOOK_FAILED once it is admitted)."""
+
+    model_ref: str
+    legacy: dict[str, Any] | None = None
+    failure: HookFailedError | None = None
+
+
+def prompt_text(parts: tuple[ContentPart, ...] | list[dict[str, Any]]) -> str:
+    """The text of a user message, as the prompt hooks see it."""
+    texts = []
+    for part in parts:
+        if isinstance(part, TextPart):
+            texts.append(part.text)
+        elif isinstance(part, dict) and part.get("type") == "text":
+            texts.append(str(part.get("text", "")))
+    return "\n".join(texts)
+
+
+async def ask_model_hooks(
+    hooks: SessionHooks,
+    run_id: str,
+    prompt: str,
+    before: list[HistoryMessage],
+    model_ref: str,
+    *,
+    budget: float,
+) -> ModelHookAnswers:
+    """before_model_resolve, then the legacy before_agent_start (whose prompt fields apply later, with
+    before_prompt_build's); the resolve hook's override wins over the legacy one."""
+    try:
+        resolve = await hooks.run("before_model_resolve", {"prompt": prompt}, run_id, budget=budget)
+        legacy = await hooks.run(
+            "before_agent_start",
+            {"prompt": prompt, "messages": MessageHistory(tuple(m.api_message() for m in before))},
+            run_id,
+            budget=budget,
+        )
+    except HookFailedError as failure:
+        return ModelHookAnswers(model_ref=model_ref, failure=failure)
+    resolved = resolve.result if resolve is not None else None
+    legacy_result = legacy.result if legacy is not None else None
+    chosen = (
+        resolved if resolved and (resolved.get("modelOverride") or resolved.get("providerOverride")) else legacy_result
+    )
+    return ModelHookAnswers(model_ref=apply_model_override(model_ref, chosen), legacy=legacy_result)
+
 
 _STOP_REASONS = {
     "end_turn": StopReason.STOP,
@@ -638,17 +691,28 @@ class RunDriver:
         # The admission's transcript writes (and their write-path hooks) come first in hook order (seed 5.4).
         await self.run.admitted.wait()
         message = next((m for m in reversed(history) if m.role == "user" and m.run_id == self.run.run_id), None)
-        prompt = "\n".join(
-            str(b.get("text", "")) for b in (message.content if message else ()) if b.get("type") == "text"
-        )
+        prompt = prompt_text(list(message.content) if message else [])
         before = MessageHistory(tuple(m.api_message() for m in history if m.run_id != self.run.run_id))
-        resolve = await self._run_hook("before_model_resolve", {"prompt": prompt})
-        legacy = await self._run_hook("before_agent_start", {"prompt": prompt, "messages": before})
+        answers = self.run.model_hooks
+        if answers is None:
+            # A continuation in a new process: the model was resolved before; ask again for the prompt fields.
+            answers = await ask_model_hooks(
+                hooks,
+                self.run.run_id,
+                prompt,
+                [m for m in history if m.run_id != self.run.run_id],
+                self.run.model_ref,
+                budget=self._remaining_seconds(),
+            )
+        if answers.failure is not None:
+            raise _RunFailed(
+                RunReason.HOOK_FAILED,
+                ErrorDetail(code=ErrorCode.FAILED_PRECONDITION, reason="HOOK_FAILED", message=str(answers.failure)),
+                self._last_stop_reason,
+            )
+        legacy = answers.legacy
         build = await self._run_hook("before_prompt_build", {"prompt": prompt, "messages": before})
-        model_result = (
-            resolve if resolve and (resolve.get("modelOverride") or resolve.get("providerOverride")) else legacy
-        )
-        self._model_ref = apply_model_override(self.run.model_ref, model_result)
+        self._model_ref = answers.model_ref
         merged: dict[str, Any] = {}
         for result in (build, legacy):  # the new hook first, then the legacy one
             if not result:

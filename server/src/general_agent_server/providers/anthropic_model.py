@@ -100,6 +100,8 @@ class AnthropicModelClient:
             params["tools"] = request.tools
         if request.thinking is not None:
             params["thinking"] = request.thinking
+        if request.betas:
+            params["extra_headers"] = {"anthropic-beta": ",".join(request.betas)}
         client = self._client(credential)
         usage: dict[str, int] = {}
         request_id = ""
