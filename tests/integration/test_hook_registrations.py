@@ -75,7 +75,8 @@ async def test_session_registrations_reach_their_session_only_and_follow_fork_an
     await agent.stub.DeleteSession(api.DeleteSessionRequest(session_id=sid))
     await host.wait_for("session_end")
     [ended] = host.of("session_end")
-    assert (ended.request.event.session_id, ended.request.event.message_count) == (sid, 2)
+    # Transcript entries, as in the seed: the system prompt, the user message and the reply (history has 2).
+    assert (ended.request.event.session_id, ended.request.event.message_count) == (sid, 3)
     assert ended.request.context.dispatch_seq == 0  # outside a run
     starts = {c.request.context.session_id: c.request.event for c in host.of("session_start")}
     assert (starts[sid].session_id, starts[sid].resumed_from) == (sid, "")  # a fresh session
@@ -191,13 +192,18 @@ async def test_gateway_hooks_and_session_end_at_shutdown(
         # Leaving open_agent stopped the server; both hooks are awaited by the shutdown: no poll needed.
         assert [c.request.event.reason for c in host.of("gateway_stop")] == ["shutdown"]
         assert [c.request.event.session_id for c in host.of("session_end")] == [active.identity.session_id]
-        assert host.of("session_end")[0].request.event.message_count == 2
+        assert host.of("session_end")[0].request.event.message_count == 3  # transcript entries
         assert host.of("gateway_start") == []  # the first server started before the registration
 
         async with open_agent(server_factory, tmp_path, state_dir=state) as restarted:
             port = int(restarted.server.address.rpartition(":")[2])
             await host.wait_for("gateway_start")  # not awaited by start-up
             assert [c.request.event.port for c in host.of("gateway_start")] == [port]
+            # Deleting a session this process never loaded reports its stored transcript entries as well.
+            await restarted.stub.DeleteSession(api.DeleteSessionRequest(session_id=active.identity.session_id))
+            await host.wait_until(lambda: len(host.of("session_end")) == 2)
+            deleted = host.of("session_end")[1].request.event
+            assert (deleted.session_id, deleted.message_count) == (active.identity.session_id, 3)
     finally:
         await host.stop()
 

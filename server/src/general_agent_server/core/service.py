@@ -529,7 +529,8 @@ class AgentCore:
         ):
             # Read only when someone listens: a delete of an unloaded session costs no extra read otherwise.
             identity = {"sessionId": session_id, "sessionKey": record.identity.session_key}
-            event = {**identity, "messageCount": record.history_message_count, "durationMs": 0}
+            entries = await self.store.count_transcript(ctx.tenant, session_id)
+            event = {**identity, "messageCount": entries, "durationMs": 0}
             self.hooks.fire("session_end", event, identity, tenant=ctx.tenant, session_id=session_id)
         deleted = await self.store.delete_session(ctx.tenant, session_id)
         await self.catalog.session_closed(ctx.tenant, session_id)
