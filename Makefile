@@ -17,6 +17,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GRPCURL_VERSION := v1.9.3
+GHZ_VERSION := v0.120.0
 
 PY_GEN_OUT := clients/python/src
 PROTO_FILES := $(sort $(wildcard proto/general_agent/v1/*.proto))
@@ -51,9 +52,11 @@ $(BIN)/protoc-gen-go-grpc:
 	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 $(BIN)/grpcurl:
 	go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
+$(BIN)/ghz:
+	go install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
 
 .PHONY: install
-install: $(VENV)/.installed node_modules/.installed $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl ## Install every dependency into the repository.
+install: $(VENV)/.installed node_modules/.installed $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl $(BIN)/ghz ## Install every dependency into the repository.
 
 # ---------------------------------------------------------------- run
 .PHONY: run

@@ -1,5 +1,5 @@
 """Fixtures for end-to-end tests that drive a real `general-agent serve` subprocess from other processes
-(the Go and TypeScript smoke programs, grpcurl).
+(the Go and TypeScript smoke programs, grpcurl, ghz).
 
 The fake model runs in a thread (`FakeAnthropicThread`) because the server under test is a separate
 process with no access to the test's event loop. Missing toolchains fail the test with a pointer to
@@ -24,6 +24,7 @@ GO_CLIENT_DIR = REPO / "clients" / "go"
 TS_CLIENT_DIR = REPO / "clients" / "ts"
 TSX = TS_CLIENT_DIR / "node_modules" / ".bin" / "tsx"
 GRPCURL = REPO / ".bin" / "grpcurl"
+GHZ = REPO / ".bin" / "ghz"
 
 INSTALL_HINT = "run `make install` from the repository root"
 

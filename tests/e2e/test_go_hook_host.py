@@ -34,10 +34,11 @@ def go_hookhost_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def hook_server_process(tmp_path: Path, fake_model_thread: FakeAnthropicThread) -> Iterator[ServerProcess]:
-    """`general-agent serve` that may dial hook hosts on loopback (its SSRF guard refuses them otherwise)."""
+    """`general-agent serve` with default settings: the Go host registers a loopback target, which the operator
+    (every caller, without authentication) may do without an SSRF allow-list."""
     state_dir = tmp_path / "state"
     state_dir.mkdir()
-    env = server_env(fake_model_thread.base_url, extra={"GENERAL_AGENT_SSRF_ALLOW_HOSTS": "127.0.0.1"})
+    env = server_env(fake_model_thread.base_url)
     server = ServerProcess(state_dir=state_dir, env=env, log_path=tmp_path / "server.log")
     try:
         server.start()

@@ -81,6 +81,45 @@ def test_describe_shows_the_agent_service(grpcurl: str, server_process: ServerPr
     assert "rpc CreateSession" in result.stdout, details
 
 
+@pytest.mark.parametrize(
+    ("symbol", "kind", "declaration"),
+    [
+        (
+            f"{SERVICE}.StreamTurn",
+            "a method",
+            "rpc StreamTurn ( .general_agent.v1.StreamTurnRequest )"
+            " returns ( stream .general_agent.v1.StreamTurnResponse );",
+        ),
+        (f"{HEALTH}.Check", "a method", "rpc Check ( .grpc.health.v1.HealthCheckRequest )"),
+        (HEALTH, "a service", "service Health {"),
+        ("general_agent.v1.Session", "a message", "message Session {"),
+        ("general_agent.v1.SessionMode", "an enum", "SESSION_MODE_CODING = 2;"),
+        (
+            "google.protobuf.Struct.FieldsEntry",  # a nested message
+            "the entry type for a map field",
+            "map<string, .google.protobuf.Value> fields = 1;",
+        ),
+    ],
+)
+def test_describe_resolves_each_kind_of_symbol(
+    grpcurl: str, server_process: ServerProcess, symbol: str, kind: str, declaration: str
+) -> None:
+    result = run_grpcurl(grpcurl, server_process, "describe", symbol)
+
+    details = describe_run(result, server_process)
+    assert result.returncode == 0, details
+    assert f"{symbol} is {kind}:" in result.stdout, details
+    assert declaration in result.stdout, details
+
+
+def test_describe_of_an_unknown_method_says_so(grpcurl: str, server_process: ServerProcess) -> None:
+    result = run_grpcurl(grpcurl, server_process, "describe", f"{SERVICE}.NoSuchMethod")
+
+    details = describe_run(result, server_process)
+    assert result.returncode != 0, details
+    assert f"Symbol not found: {SERVICE}.NoSuchMethod" in result.stderr, details
+
+
 def test_create_then_get_session(grpcurl: str, server_process: ServerProcess) -> None:
     request = {
         "session": {

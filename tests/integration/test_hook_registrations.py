@@ -1,7 +1,7 @@
 """Where hook registrations apply and when the session and gateway hooks fire (spec 7 and 15): per-session
-registrations from CreateSession (copied by ForkSession, dropped by DeleteSession), the SSRF guard on
-targets, before_reset awaited by ResetSession, gateway_start/gateway_stop and session_end at shutdown, and
-TLS targets whose client key is never listed."""
+registrations from CreateSession (copied by ForkSession, dropped by DeleteSession), the SSRF guard on a tenant
+caller's targets (the operator's may be on loopback), before_reset awaited by ResetSession,
+gateway_start/gateway_stop and session_end at shutdown, and TLS targets whose client key is never listed."""
 
 from __future__ import annotations
 
@@ -19,10 +19,14 @@ from google.protobuf import struct_pb2
 from general_agent.testing import FakeAnthropic, TextReply
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, hook_pb2
+from general_agent_server.core.errors import ErrorCode, ServiceError
+from general_agent_server.core.hook_registrations import HookBindingSpec, HookRegistrationSpec
+from general_agent_server.core.service import CallContext, CallerRole
+from general_agent_server.core.session import SessionConfig, SessionIdentity
 from tests.conftest import ServerFactory
 from tests.support.hook_agent import Agent, as_dict, open_agent
 from tests.support.hook_host import HookHost, ServicerContext, registration, returning
-from tests.support.rpc import create_session, rpc_error, stream_turn
+from tests.support.rpc import create_session, stream_turn
 
 
 @pytest.fixture
@@ -71,7 +75,8 @@ async def test_session_registrations_reach_their_session_only_and_follow_fork_an
     await agent.stub.DeleteSession(api.DeleteSessionRequest(session_id=sid))
     await host.wait_for("session_end")
     [ended] = host.of("session_end")
-    assert (ended.request.event.session_id, ended.request.event.message_count) == (sid, 2)
+    # Transcript entries, as in the seed: the system prompt, the user message and the reply (history has 2).
+    assert (ended.request.event.session_id, ended.request.event.message_count) == (sid, 3)
     assert ended.request.context.dispatch_seq == 0  # outside a run
     starts = {c.request.context.session_id: c.request.event for c in host.of("session_start")}
     assert (starts[sid].session_id, starts[sid].resumed_from) == (sid, "")  # a fresh session
@@ -83,21 +88,69 @@ async def test_session_registrations_reach_their_session_only_and_follow_fork_an
     assert session_ids(host, "before_prompt_build") == [sid, fork_id, fork_id]
 
 
-async def test_loopback_hook_targets_are_refused_without_the_allow_list(
-    server_factory: ServerFactory, tmp_path: Path
+async def test_the_operator_registers_loopback_hook_targets_without_the_allow_list(
+    server_factory: ServerFactory, tmp_path: Path, fake_model: FakeAnthropic
+) -> None:
+    """Without authentication every caller is the operator, whose hook hosts may be on loopback (sidecars, the
+    README's examples): RegisterHooks and CreateSession accept them with default settings, and they are called."""
+    server = await server_factory({"GENERAL_AGENT_WORKSPACE_DIR": str(tmp_path / "ws")})
+    host = HookHost()
+    await host.start()
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+            tenant_wide = registration("tenant-wide", host.address, ("before_prompt_build",))
+            await stub.RegisterHooks(api.RegisterHooksRequest(registration=tenant_wide))
+            per_session = registration("per-session", host.address, ("before_model_resolve",))
+            session = await create_session(stub, hook_registrations=[per_session])
+            fake_model.enqueue(TextReply("hi"))
+            await stream_turn(stub, session.identity.session_id, "hello")
+
+            assert host.names() == ["before_model_resolve", "before_prompt_build"]
+            response = await stub.ListHookRegistrations(api.ListHookRegistrationsRequest())
+            assert [r.target.address for r in response.registrations] == [host.address]
+    finally:
+        await server.stop(grace=1.0)
+        await host.stop()
+
+
+TENANT = CallContext(role=CallerRole.TENANT)
+
+
+def loopback_spec(target: str) -> HookRegistrationSpec:
+    return HookRegistrationSpec(plugin_id="local", target=target, bindings=(HookBindingSpec(name="message_sending"),))
+
+
+@pytest.mark.parametrize("target", ["127.0.0.1:50051", "10.0.0.7:50051", "[::1]:50051", "169.254.169.254:80"])
+async def test_a_tenant_callers_loopback_and_private_hook_targets_are_refused(
+    server_factory: ServerFactory, tmp_path: Path, target: str
 ) -> None:
     server = await server_factory({"GENERAL_AGENT_WORKSPACE_DIR": str(tmp_path / "ws")})
-    loopback = registration("local", "127.0.0.1:50051", ("message_sending",))
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
-        error = await rpc_error(stub.RegisterHooks(api.RegisterHooksRequest(registration=loopback)))
-        assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_HOOK")
-        assert error.field_violations[0][0] == "registration.target.address"
-        error = await rpc_error(create_session(stub, hook_registrations=[loopback]))
-        assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_HOOK")
-        assert error.field_violations[0][0] == "session.hook_registrations[0].target.address"
-        response = await stub.ListHookRegistrations(api.ListHookRegistrationsRequest())
-        assert list(response.registrations) == []
+
+    with pytest.raises(ServiceError) as refused:
+        await server.core.register_hooks(TENANT, loopback_spec(target))
+    assert (refused.value.code, refused.value.reason) == (ErrorCode.INVALID_ARGUMENT, "INVALID_HOOK")
+    assert refused.value.field_violations[0].field == "registration.target.address"
+
+    with pytest.raises(ServiceError) as refused:
+        await server.core.create_session(
+            TENANT, identity=SessionIdentity(), config=SessionConfig(), hook_registrations=[loopback_spec(target)]
+        )
+    assert (refused.value.code, refused.value.reason) == (ErrorCode.INVALID_ARGUMENT, "INVALID_HOOK")
+    assert refused.value.field_violations[0].field == "session.hook_registrations[0].target.address"
+    assert await server.core.list_hook_registrations(TENANT) == []
+
+
+async def test_a_tenant_caller_may_use_an_allow_listed_hook_target(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    server = await server_factory(
+        {"GENERAL_AGENT_SSRF_ALLOW_HOSTS": "127.0.0.1", "GENERAL_AGENT_WORKSPACE_DIR": str(tmp_path / "ws")}
+    )
+
+    stored = await server.core.register_hooks(TENANT, loopback_spec("127.0.0.1:50051"))
+
+    assert [r.plugin_id for r in await server.core.list_hook_registrations(TENANT)] == [stored.plugin_id]
 
 
 async def test_reset_session_awaits_before_reset(agent: Agent, fake_model: FakeAnthropic) -> None:
@@ -139,13 +192,18 @@ async def test_gateway_hooks_and_session_end_at_shutdown(
         # Leaving open_agent stopped the server; both hooks are awaited by the shutdown: no poll needed.
         assert [c.request.event.reason for c in host.of("gateway_stop")] == ["shutdown"]
         assert [c.request.event.session_id for c in host.of("session_end")] == [active.identity.session_id]
-        assert host.of("session_end")[0].request.event.message_count == 2
+        assert host.of("session_end")[0].request.event.message_count == 3  # transcript entries
         assert host.of("gateway_start") == []  # the first server started before the registration
 
         async with open_agent(server_factory, tmp_path, state_dir=state) as restarted:
             port = int(restarted.server.address.rpartition(":")[2])
             await host.wait_for("gateway_start")  # not awaited by start-up
             assert [c.request.event.port for c in host.of("gateway_start")] == [port]
+            # Deleting a session this process never loaded reports its stored transcript entries as well.
+            await restarted.stub.DeleteSession(api.DeleteSessionRequest(session_id=active.identity.session_id))
+            await host.wait_until(lambda: len(host.of("session_end")) == 2)
+            deleted = host.of("session_end")[1].request.event
+            assert (deleted.session_id, deleted.message_count) == (active.identity.session_id, 3)
     finally:
         await host.stop()
 

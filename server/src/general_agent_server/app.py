@@ -12,7 +12,6 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from general_agent.v1 import agent_service_pb2, agent_service_pb2_grpc
 from general_agent_server.config import ServerSettings
@@ -23,6 +22,7 @@ from general_agent_server.core.transcript_export import TranscriptExporter
 from general_agent_server.providers.anthropic_model import AnthropicModelClient
 from general_agent_server.rpc.hook_client import GrpcHookDialer
 from general_agent_server.rpc.interceptors import RequestContextInterceptor
+from general_agent_server.rpc.reflection import enable_server_reflection
 from general_agent_server.rpc.servicer import AgentServicer
 from general_agent_server.store.sqlite import DB_FILE_NAME, SqliteSessionStore
 from general_agent_server.tools.catalog import builtin_catalog
@@ -90,10 +90,7 @@ async def start_server(settings: ServerSettings) -> RunningServer:
     agent_service_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(core), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
-        server,
-    )
+    enable_server_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name), server)
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     host, _, _ = settings.listen.rpartition(":")

@@ -160,7 +160,10 @@ SETTINGS: tuple[Setting, ...] = (
         name="ssrf_allow_hosts",
         kind=str,
         default="",
-        help="Comma-separated hosts (names or IPs) exempt from the SSRF guard (web_fetch, MCP HTTP, hook targets).",
+        help=(
+            "Comma-separated hosts (names or IPs) exempt from the SSRF guard"
+            " (web_fetch; tenant-role callers' hook targets and MCP URLs)."
+        ),
     ),
     Setting(name="web_fetch_cache_ttl_minutes", kind=float, default=15.0, help="web_fetch cache TTL; <=0 disables."),
     Setting(name="web_fetch_timeout_seconds", kind=float, default=30.0, help="web_fetch timeout per request."),

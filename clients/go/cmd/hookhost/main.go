@@ -8,10 +8,11 @@
 //	address <host:port>   where HookService listens (printed before registering)
 //	ready                 once RegisterHooks succeeded
 //
-// The agent server dials the printed address back, so it must reach it (and
-// allow it through its SSRF guard, e.g. GENERAL_AGENT_SSRF_ALLOW_HOSTS for
-// loopback). Every hook other than before_tool_call answers UNIMPLEMENTED,
-// which the server reads as "no opinion".
+// The agent server dials the printed address back, so it must reach it. The
+// operator's hook hosts may be on loopback; a tenant-role caller's target must
+// pass the server's SSRF guard (or be on GENERAL_AGENT_SSRF_ALLOW_HOSTS). Every
+// hook other than before_tool_call answers UNIMPLEMENTED, which the server
+// reads as "no opinion".
 //
 // On SIGINT or SIGTERM it unregisters (registrations persist on the server,
 // and before_tool_call fails closed while its host is gone), stops and exits

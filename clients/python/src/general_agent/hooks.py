@@ -26,7 +26,8 @@ policy (``before_tool_call`` fails closed by default: the call is blocked).
 
 Registrations persist on the server: a host going away for good should :meth:`HookServer.unregister`,
 or its fail-closed hooks keep failing. The server dials the registered target, so it must be reachable
-from the server (and pass its SSRF guard, or be on ``ssrf_allow_hosts``).
+from the server. The operator's targets may be loopback or private hosts; a ``tenant``-role caller's must pass
+the server's SSRF guard (or be on its ``ssrf_allow_hosts``).
 """
 
 # `timeout=` is a gRPC deadline or a binding's per-call timeout, not a local asyncio.timeout.

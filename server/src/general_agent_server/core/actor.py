@@ -586,7 +586,7 @@ class SessionActor:
         event = {
             "sessionId": self.session_id,
             "sessionKey": self.record.identity.session_key,
-            "messageCount": len(self.history),
+            "messageCount": await self.store.count_transcript(self.tenant, self.session_id),
             "durationMs": int((time.monotonic() - self.session_started_at) * 1000),
         }
         if wait:

@@ -4,6 +4,7 @@ protobuf to these arguments and back, and nothing else."""
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 import shutil
@@ -70,11 +71,23 @@ from general_agent_server.store.port import (
 logger = logging.getLogger(__name__)
 
 
+class CallerRole(enum.StrEnum):
+    """What a caller may make the server do. An `admin` is the operator: its hook targets (and MCP URLs) may be
+    loopback or private hosts, its own sidecars. A `tenant` is a customer of a shared server: what it registers
+    passes the SSRF guard. Without authentication every caller is the operator, since the server then listens on
+    loopback (or behind --insecure-listen, on the operator's say-so)."""
+
+    ADMIN = "admin"
+    TENANT = "tenant"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CallContext:
-    """Who is calling (the tenant scopes every id) and the correlation id for logs."""
+    """Who is calling (the tenant scopes every id, the role decides what is trusted) and the correlation id for
+    logs."""
 
     tenant: str = DEFAULT_TENANT
+    role: CallerRole = CallerRole.ADMIN
     request_id: str = ""
 
 
@@ -228,11 +241,13 @@ class AgentCore:
         check_registration(spec)
         if spec.session_id:
             await self.get_session(ctx, spec.session_id)
-        await self._check_hook_target(spec, "registration.target.address")
+        await self._check_hook_target(ctx, spec, "registration.target.address")
         return await self._add_registration(ctx.tenant, spec)
 
-    async def _check_hook_target(self, spec: HookRegistrationSpec, field: str) -> None:
-        """Spec 15: hook targets pass the SSRF guard unless allow-listed."""
+    async def _check_hook_target(self, ctx: CallContext, spec: HookRegistrationSpec, field: str) -> None:
+        """A tenant's hook targets pass the SSRF guard unless allow-listed; the operator's are trusted."""
+        if ctx.role is not CallerRole.TENANT:
+            return
         host = spec.target.rpartition(":")[0].strip("[]")
         try:
             await check_host(host, self.settings.ssrf_allow_hosts)
@@ -372,7 +387,7 @@ class AgentCore:
             if registration.plugin_id in seen_plugins:
                 raise invalid_argument(f"{where}.plugin_id", f"plugin {registration.plugin_id!r} listed twice")
             seen_plugins.add(registration.plugin_id)
-            await self._check_hook_target(registration, f"{where}.target.address")
+            await self._check_hook_target(ctx, registration, f"{where}.target.address")
         session_id = identity.session_id or str(uuid.uuid4())
         if not config.model_ref:
             config = replace(config, model_ref=self.settings.default_model_ref)
@@ -514,7 +529,8 @@ class AgentCore:
         ):
             # Read only when someone listens: a delete of an unloaded session costs no extra read otherwise.
             identity = {"sessionId": session_id, "sessionKey": record.identity.session_key}
-            event = {**identity, "messageCount": record.history_message_count, "durationMs": 0}
+            entries = await self.store.count_transcript(ctx.tenant, session_id)
+            event = {**identity, "messageCount": entries, "durationMs": 0}
             self.hooks.fire("session_end", event, identity, tenant=ctx.tenant, session_id=session_id)
         deleted = await self.store.delete_session(ctx.tenant, session_id)
         await self.catalog.session_closed(ctx.tenant, session_id)

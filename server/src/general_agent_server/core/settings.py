@@ -40,7 +40,7 @@ class CoreSettings:
     heartbeat_seconds: float = 15.0
     event_retention_count: int = 10_000
     event_retention_seconds: float = 7 * 24 * 3600
-    # Hosts exempt from the SSRF guard (hook targets, web_fetch, MCP HTTP URLs); tests allow loopback.
+    # Hosts exempt from the SSRF guard (web_fetch; hook targets and MCP HTTP URLs of tenant-role callers).
     ssrf_allow_hosts: frozenset[str] = frozenset()
     checkpoint_max_count: int = 100
     checkpoint_max_bytes: int = 64 * 1024 * 1024

@@ -17,7 +17,7 @@ from general_agent.v1 import agent_service_pb2_grpc as api_grpc
 from general_agent.v1 import session_pb2
 from general_agent_server.core.bidi import RunSessionStream
 from general_agent_server.core.errors import invalid_argument, not_implemented
-from general_agent_server.core.service import AgentCore, CallContext, SessionView
+from general_agent_server.core.service import AgentCore, CallContext, CallerRole, SessionView
 from general_agent_server.core.session import DEFAULT_TENANT
 from general_agent_server.rpc import convert
 from general_agent_server.rpc.errors import abort
@@ -63,7 +63,8 @@ UNIMPLEMENTED_RPCS: dict[str, str] = {
 
 
 def call_context(context: Context) -> CallContext:
-    return CallContext(tenant=DEFAULT_TENANT, request_id=current_request_id())
+    # No authentication is configured in this build, so every caller is the operator.
+    return CallContext(tenant=DEFAULT_TENANT, role=CallerRole.ADMIN, request_id=current_request_id())
 
 
 def unary(
