@@ -58,6 +58,7 @@ from general_agent_server.core.runs import (
     CallKind,
     CallResult,
     CallStatus,
+    IdempotencyRecord,
     ResolvedBy,
     RunRecord,
     RunStatus,
@@ -360,6 +361,7 @@ class SessionActor:
         clear_transcript: bool = False,
         derive: Callable[[SessionRecord], dict[str, object]] | None = None,
         transcript_filtered: bool = False,
+        idempotency: IdempotencyRecord | None = None,
         **changes: object,
     ) -> None:
         """Commits one step atomically (compare-and-set on the session version), then publishes its
@@ -390,6 +392,7 @@ class SessionActor:
                     tool_calls=tool_calls or [],
                     clear_transcript=clear_transcript,
                     changes={**changes, **derive(self.record)} if derive is not None else changes,
+                    idempotency=idempotency,
                 )
 
         write = asyncio.ensure_future(serialised())
@@ -414,6 +417,7 @@ class SessionActor:
         tool_calls: list[ToolCallRecord],
         clear_transcript: bool,
         changes: dict[str, object],
+        idempotency: IdempotencyRecord | None = None,
     ) -> None:
         base = 0 if replace_history else len(self.history)
         last_sequence = max(self.last_assigned_sequence, self.record.last_sequence)
@@ -442,6 +446,7 @@ class SessionActor:
             clear_transcript=clear_transcript,
             runs=runs,
             tool_calls=tool_calls,
+            idempotency=idempotency,
         )
         await self.store.write(batch)
         self.record = record
@@ -814,8 +819,9 @@ class SessionActor:
         return Resolution(sequence=event.sequence)
 
     # ------------------------------------------------------------------ steering and stop
-    async def inject(self, parts: tuple[ContentPart, ...]) -> str:
-        """Commits a steering message to the active run's queue (lock held); "" when the session is idle."""
+    async def inject(self, parts: tuple[ContentPart, ...], idempotency: IdempotencyRecord | None = None) -> str:
+        """Commits a steering message to the active run's queue (lock held); "" when the session is idle.
+        `idempotency` (its answer naming the active run) commits with the message."""
         run = self.run
         if run is None or self.record.state is SessionState.IDLE:
             return ""
@@ -830,6 +836,7 @@ class SessionActor:
             await self.commit(
                 transcript=[self.transcript_entry(run.run_id, MessageEntry(content=parts, injected=True))],
                 derive=enqueue,
+                idempotency=idempotency,
             )
         except CommitRefused:
             return ""
@@ -882,7 +889,7 @@ class SessionActor:
         self._wake_queue()
 
     # ------------------------------------------------------------------ session-level changes
-    async def reset(self, reason: str) -> None:
+    async def reset(self, reason: str, idempotency: IdempotencyRecord | None = None) -> None:
         """Clears history, pending calls, usage snapshot and stop flag; numbering and config stay.
         Must be called with the lock held, after stopping any run."""
         await self.hooks.fire_and_wait(
@@ -906,6 +913,7 @@ class SessionActor:
             stop_requested=False,
             state=SessionState.IDLE,
             active_run_id="",
+            idempotency=idempotency,
         )
 
     def hosted_deadline(self, spec: ToolSpec) -> timedelta:

@@ -22,7 +22,8 @@ from general_agent_server.core.turns import OnDisconnect, TurnOptions
 from general_agent_server.core.validation import check_session_id
 
 if TYPE_CHECKING:
-    from general_agent_server.core.service import AgentCore, CallContext, Idempotency
+    from general_agent_server.core.idempotency import Idempotency
+    from general_agent_server.core.service import AgentCore, CallContext
 
 logger = logging.getLogger(__name__)
 

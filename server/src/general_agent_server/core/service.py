@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import logging
 import shutil
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from typing import Any
 
 from general_agent_server.core import codec
@@ -36,12 +34,13 @@ from general_agent_server.core.hook_registrations import (
     handlers_for,
 )
 from general_agent_server.core.hooks import HOOK_NAMES, HookFailedError, HookOutcome, HookRegistry, HookRunner
+from general_agent_server.core.idempotency import Idempotency, IdempotencyKeys
 from general_agent_server.core.model import Credential, ModelClient
 from general_agent_server.core.paging import decode_token, encode_token, filters_digest, invalid_token
 from general_agent_server.core.plugins import LoadedPlugins, load_plugins
 from general_agent_server.core.recovery import recover_interrupted_runs
 from general_agent_server.core.registry import ActorRegistry
-from general_agent_server.core.runs import IdempotencyRecord, RunStatus
+from general_agent_server.core.runs import RunStatus
 from general_agent_server.core.session import (
     DEFAULT_TENANT,
     ForkOrigin,
@@ -92,14 +91,6 @@ class CallContext:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Idempotency:
-    """A mutating request's idempotency key and a digest of its body."""
-
-    request_id: str
-    body_hash: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class SessionView:
     record: SessionRecord
     transcript_path: str
@@ -123,6 +114,7 @@ class AgentCore:
     ) -> None:
         self.settings = settings
         self.store = store
+        self.idempotency = IdempotencyKeys(store, ttl_seconds=settings.idempotency_ttl_seconds)
         self.model = model
         self.credentials = credentials
         self.exporter = exporter
@@ -324,38 +316,6 @@ class AgentCore:
     def view(self, record: SessionRecord) -> SessionView:
         return SessionView(record=record, transcript_path=str(self.exporter.path_for(record.tenant, record.session_id)))
 
-    # ------------------------------------------------------------------ idempotency
-    async def _replayed(self, ctx: CallContext, rpc: str, idem: Idempotency | None) -> dict[str, Any] | None:
-        if idem is None or not idem.request_id:
-            return None
-        record = await self.store.get_idempotency(ctx.tenant, rpc, idem.request_id)
-        if record is None or record.create_time < utcnow() - timedelta(seconds=self.settings.idempotency_ttl_seconds):
-            return None
-        if record.body_hash != idem.body_hash:
-            raise ServiceError(
-                ErrorCode.INVALID_ARGUMENT,
-                "REQUEST_ID_REUSED",
-                f"request_id {idem.request_id!r} was already used with a different request",
-                metadata={"request_id": idem.request_id},
-            )
-        result: dict[str, Any] = json.loads(record.result_json)
-        return result
-
-    @staticmethod
-    def _idempotency_record(
-        ctx: CallContext, rpc: str, idem: Idempotency | None, result: dict[str, Any]
-    ) -> IdempotencyRecord | None:
-        if idem is None or not idem.request_id:
-            return None
-        return IdempotencyRecord(
-            tenant=ctx.tenant,
-            rpc=rpc,
-            request_id=idem.request_id,
-            body_hash=idem.body_hash,
-            result_json=json.dumps(result),
-            create_time=utcnow(),
-        )
-
     # ------------------------------------------------------------------ sessions
     async def create_session(
         self,
@@ -368,7 +328,7 @@ class AgentCore:
         hook_registrations: Sequence[HookRegistrationSpec] = (),
     ) -> SessionView:
         self.check_serving()
-        replay = await self._replayed(ctx, "CreateSession", idem)
+        replay = await self.idempotency.replay(ctx.tenant, "CreateSession", idem)
         if replay is not None:
             return await self.get_session(ctx, str(replay["session_id"]))
         if identity.session_id:
@@ -408,7 +368,7 @@ class AgentCore:
         batch = WriteBatch(
             tenant=ctx.tenant,
             session_id=session_id,
-            idempotency=self._idempotency_record(ctx, "CreateSession", idem, {"session_id": session_id}),
+            idempotency=self.idempotency.record(ctx.tenant, "CreateSession", idem, {"session_id": session_id}),
             hook_registrations=[(s.plugin_id, codec.HOOK_REGISTRATION.dumps(s)) for _, s in registrations],
         )
         await self._insert_session(record, batch)
@@ -508,14 +468,22 @@ class AgentCore:
             next_token = encode_token({"u": last.update_time.isoformat(), "s": last.session_id}, digest)
         return [self.view(r) for r in records], next_token
 
-    async def delete_session(self, ctx: CallContext, session_id: str) -> bool:
+    async def delete_session(self, ctx: CallContext, session_id: str, idem: Idempotency | None = None) -> bool:
         check_session_id(session_id)
+        replay = await self.idempotency.replay(ctx.tenant, "DeleteSession", idem)
+        if replay is not None:
+            return bool(replay["deleted"])
+        deleted = await self._delete_session(ctx, session_id)
+        await self.idempotency.remember(ctx.tenant, session_id, "DeleteSession", idem, {"deleted": deleted})
+        return deleted
+
+    async def _delete_session(self, ctx: CallContext, session_id: str) -> bool:
         # Subagent children go with their parent (they are never listed on their own).
         children = await self.store.list_sessions(
             ctx.tenant, SessionQuery(parent_session_id=session_id), after=None, limit=10_000
         )
         for child in children:
-            await self.delete_session(ctx, child.session_id)
+            await self._delete_session(ctx, child.session_id)
         actor = self.registry.peek(ctx.tenant, session_id)
         if actor is not None:
             async with actor.lock:
@@ -567,7 +535,7 @@ class AgentCore:
         if identity.session_id:
             check_session_id(identity.session_id, "identity.session_id")
         self.check_serving()
-        replay = await self._replayed(ctx, "ForkSession", idem)
+        replay = await self.idempotency.replay(ctx.tenant, "ForkSession", idem)
         if replay is not None:
             return await self.get_session(ctx, str(replay["session_id"]))
         async with self.registry.use(ctx.tenant, source_session_id) as source, source.lock:
@@ -639,7 +607,7 @@ class AgentCore:
             session_id=session_id,
             history=history,
             transcript=transcript,
-            idempotency=self._idempotency_record(ctx, "ForkSession", idem, {"session_id": session_id}),
+            idempotency=self.idempotency.record(ctx.tenant, "ForkSession", idem, {"session_id": session_id}),
             hook_registrations=[(s.plugin_id, codec.HOOK_REGISTRATION.dumps(s)) for _, s in registrations],
         )
         await self._insert_session(record, batch)
@@ -664,7 +632,7 @@ class AgentCore:
         self, ctx: CallContext, session_id: str, overrides: SessionOverrides, idem: Idempotency | None = None
     ) -> SessionView:
         check_session_id(session_id)
-        return await self._apply_overrides(ctx, session_id, overrides, identity=None)
+        return await self._apply_overrides(ctx, session_id, overrides, identity=None, rpc="ResumeSession", idem=idem)
 
     async def continue_session(
         self,
@@ -674,7 +642,9 @@ class AgentCore:
         idem: Idempotency | None = None,
     ) -> SessionView:
         check_session_id(identity.session_id, "identity.session_id")
-        return await self._apply_overrides(ctx, identity.session_id, overrides, identity=identity)
+        return await self._apply_overrides(
+            ctx, identity.session_id, overrides, identity=identity, rpc="ContinueSession", idem=idem
+        )
 
     async def _apply_overrides(
         self,
@@ -683,8 +653,12 @@ class AgentCore:
         overrides: SessionOverrides,
         *,
         identity: SessionIdentity | None,
+        rpc: str,
+        idem: Idempotency | None,
     ) -> SessionView:
         async with self.registry.use(ctx.tenant, session_id) as actor, actor.lock:
+            if await self.idempotency.replay(ctx.tenant, rpc, idem) is not None:
+                return self.view(actor.record)
             config = overrides.apply(actor.record.config)
             check_config(
                 config,
@@ -704,17 +678,25 @@ class AgentCore:
                         metadata={"state": actor.record.state.value},
                     )
                 changes["identity"] = identity
+            answer = {"session_id": session_id}
             if changes:
-                await actor.commit(**changes)
+                await actor.commit(idempotency=self.idempotency.record(ctx.tenant, rpc, idem, answer), **changes)
+            else:
+                await self.idempotency.remember(ctx.tenant, session_id, rpc, idem, answer)
             if overrides.api_key:
                 self.registry.memory_keys[(ctx.tenant, session_id)] = overrides.api_key
             return self.view(actor.record)
 
-    async def reset_session(self, ctx: CallContext, session_id: str, reason: str) -> SessionView:
+    async def reset_session(
+        self, ctx: CallContext, session_id: str, reason: str, idem: Idempotency | None = None
+    ) -> SessionView:
         check_session_id(session_id)
         async with self.registry.use(ctx.tenant, session_id) as actor, actor.lock:
+            if await self.idempotency.replay(ctx.tenant, "ResetSession", idem) is not None:
+                return self.view(actor.record)
             await actor.stop_run(RunReason.SESSION_RESET)
-            await actor.reset(reason or "manual")
+            record = self.idempotency.record(ctx.tenant, "ResetSession", idem, {"session_id": session_id})
+            await actor.reset(reason or "manual", idempotency=record)
             return self.view(actor.record)
 
     async def list_checkpoints(
@@ -729,7 +711,7 @@ class AgentCore:
     ) -> RestoreResult:
         """Rewinds the workspace to before the checkpoint; not while a run could be changing files."""
         check_session_id(session_id)
-        replay = await self._replayed(ctx, "RestoreCheckpoint", idem)
+        replay = await self.idempotency.replay(ctx.tenant, "RestoreCheckpoint", idem)
         if replay is not None:
             return RestoreResult(
                 restored_paths=tuple(replay["restored_paths"]), checkpoints_undone=int(replay["checkpoints_undone"])
@@ -738,8 +720,8 @@ class AgentCore:
             if actor.run is not None or actor.record.state is not SessionState.IDLE:
                 raise actor.busy_error()
             result = await self.checkpoints.restore_checkpoint(ctx.tenant, session_id, checkpoint_id, actor.workspace)
-        record = self._idempotency_record(
-            ctx,
+        record = self.idempotency.record(
+            ctx.tenant,
             "RestoreCheckpoint",
             idem,
             {"restored_paths": list(result.restored_paths), "checkpoints_undone": result.checkpoints_undone},

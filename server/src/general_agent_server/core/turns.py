@@ -14,13 +14,15 @@ from general_agent_server.core.actor import ActiveRun, Resolution, SessionActor,
 from general_agent_server.core.content import ContentPart
 from general_agent_server.core.errors import ErrorCode, ServiceError
 from general_agent_server.core.events import MessageInjected, RunFinished, RunReason, RunTrigger, SequencedEvent
+from general_agent_server.core.idempotency import request_id_reused
 from general_agent_server.core.model import Credential
 from general_agent_server.core.runs import CallResult, ResolvedBy, RunRecord
 from general_agent_server.core.session import SessionState
 from general_agent_server.core.validation import check_session_id, check_turn_input
 
 if TYPE_CHECKING:
-    from general_agent_server.core.service import AgentCore, CallContext, Idempotency
+    from general_agent_server.core.idempotency import Idempotency
+    from general_agent_server.core.service import AgentCore, CallContext
 
 
 class BusyPolicy(enum.Enum):
@@ -189,12 +191,7 @@ class TurnOps:
         self, actor: SessionActor, run: RunRecord, idem: Idempotency
     ) -> AsyncIterator[SequencedEvent]:
         if run.body_hash != idem.body_hash:
-            raise ServiceError(
-                ErrorCode.INVALID_ARGUMENT,
-                "REQUEST_ID_REUSED",
-                f"request_id {idem.request_id!r} was already used with a different turn",
-                metadata={"request_id": idem.request_id, "run_id": run.run_id},
-            )
+            raise request_id_reused(idem.request_id, run_id=run.run_id)
         async for event in self.events_after(actor, run.first_sequence - 1):
             if event.run_id != run.run_id:
                 continue
@@ -265,11 +262,21 @@ class TurnOps:
                 return
 
     # ------------------------------------------------------------------ steering and stop
-    async def inject(self, ctx: CallContext, session_id: str, parts: tuple[ContentPart, ...]) -> str:
+    async def inject(
+        self, ctx: CallContext, session_id: str, parts: tuple[ContentPart, ...], idem: Idempotency | None = None
+    ) -> str:
         check_session_id(session_id)
         self.check_input(parts)
+        keys = self._core.idempotency
         async with self._registry.use(ctx.tenant, session_id) as actor, actor.lock:
-            return await actor.inject(parts)
+            replay = await keys.replay(ctx.tenant, "InjectMessage", idem)
+            if replay is not None:
+                return str(replay["run_id"])
+            active = actor.run.run_id if actor.run is not None else ""
+            run_id = await actor.inject(parts, keys.record(ctx.tenant, "InjectMessage", idem, {"run_id": active}))
+            if not run_id:
+                await keys.remember(ctx.tenant, session_id, "InjectMessage", idem, {"run_id": ""})
+            return run_id
 
     async def request_stop(self, ctx: CallContext, session_id: str) -> str:
         """Sets the sticky stop flag and stops the active run (executing or suspended)."""

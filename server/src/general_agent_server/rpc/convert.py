@@ -44,8 +44,9 @@ from general_agent_server.core.errors import ServiceError, invalid_argument
 from general_agent_server.core.hook_payloads import IncludeMessages
 from general_agent_server.core.hook_registrations import HookBindingSpec, HookRegistrationSpec, HookTlsSpec
 from general_agent_server.core.hooks import FailurePolicy
+from general_agent_server.core.idempotency import Idempotency
 from general_agent_server.core.runs import CallResult
-from general_agent_server.core.service import Idempotency, SessionView
+from general_agent_server.core.service import SessionView
 from general_agent_server.core.session import (
     AutoCompaction,
     HostedToolDefinition,

@@ -137,13 +137,18 @@ class AgentServicer(api_grpc.AgentServiceServicer):
 
     @unary
     async def DeleteSession(self, request: api.DeleteSessionRequest, context: Context) -> api.DeleteSessionResponse:
-        deleted = await self._core.delete_session(call_context(context), request.session_id)
+        deleted = await self._core.delete_session(
+            call_context(context), request.session_id, idem=convert.idempotency(request)
+        )
         return api.DeleteSessionResponse(deleted=deleted)
 
     @unary
     async def ResumeSession(self, request: api.ResumeSessionRequest, context: Context) -> api.ResumeSessionResponse:
         view = await self._core.resume_session(
-            call_context(context), request.session_id, convert.overrides_from_proto(request.overrides)
+            call_context(context),
+            request.session_id,
+            convert.overrides_from_proto(request.overrides),
+            idem=convert.idempotency(request),
         )
         return api.ResumeSessionResponse(session=convert.session_to_proto(view))
 
@@ -157,6 +162,7 @@ class AgentServicer(api_grpc.AgentServiceServicer):
             call_context(context),
             convert.identity_from_proto(request.identity, "identity"),
             convert.overrides_from_proto(request.overrides),
+            idem=convert.idempotency(request),
         )
         return api.ContinueSessionResponse(session=convert.session_to_proto(view))
 
@@ -176,7 +182,9 @@ class AgentServicer(api_grpc.AgentServiceServicer):
 
     @unary
     async def ResetSession(self, request: api.ResetSessionRequest, context: Context) -> api.ResetSessionResponse:
-        view = await self._core.reset_session(call_context(context), request.session_id, request.reason)
+        view = await self._core.reset_session(
+            call_context(context), request.session_id, request.reason, idem=convert.idempotency(request)
+        )
         return api.ResetSessionResponse(session=convert.session_to_proto(view))
 
     @unary
@@ -248,7 +256,10 @@ class AgentServicer(api_grpc.AgentServiceServicer):
     @unary
     async def InjectMessage(self, request: api.InjectMessageRequest, context: Context) -> api.InjectMessageResponse:
         run_id = await self._core.turns.inject(
-            call_context(context), request.session_id, convert.parts_from_proto(request.input, "input")
+            call_context(context),
+            request.session_id,
+            convert.parts_from_proto(request.input, "input"),
+            idem=convert.idempotency(request),
         )
         return api.InjectMessageResponse(accepted=bool(run_id), run_id=run_id)
 
