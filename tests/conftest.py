@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import gc
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -14,6 +16,34 @@ from general_agent_server.app import RunningServer, start_server
 from general_agent_server.config import load_settings
 
 TEST_API_KEY = "sk-ant-test-key-0123456789"
+
+
+class _Unobserved(logging.Handler):
+    """Collects asyncio's reports of a task or future whose exception nobody retrieved."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.reports: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "exception was never retrieved" in message:
+            self.reports.append(message)
+
+
+@pytest.fixture(autouse=True)
+def no_unobserved_exceptions() -> Iterator[None]:
+    """Fails a test after which a task or future is collected with an exception nobody looked at: such an
+    exception is a failure the server swallowed."""
+    handler = _Unobserved()
+    logger = logging.getLogger("asyncio")
+    logger.addHandler(handler)
+    try:
+        yield
+        gc.collect()
+    finally:
+        logger.removeHandler(handler)
+    assert handler.reports == [], "an asyncio task or future ended with an exception nobody retrieved"
 
 
 @pytest.fixture

@@ -65,6 +65,18 @@ async def test_capabilities_of_later_releases_answer_unimplemented(stub: Stub) -
     )
     assert error.code == grpc.StatusCode.UNIMPLEMENTED
     assert error.metadata == {"capability": "mcp"}
+    for fields, capability in (
+        ({"auto_compaction": session_pb2.AutoCompaction(threshold_pct=80)}, "compaction"),
+        ({"memory": session_pb2.MemoryConfig(enabled=True, user_id="u1")}, "memory"),
+    ):
+        error = await rpc_error(create_session(stub, **fields))
+        assert (error.code, error.reason, error.metadata) == (
+            grpc.StatusCode.UNIMPLEMENTED,
+            "NOT_IMPLEMENTED",
+            {"capability": capability},
+        )
+    # Asking for nothing of them is fine: a memory scope without enabling memory is kept for later.
+    await create_session(stub, memory=session_pb2.MemoryConfig(enabled=False, user_id="u1"))
     error = await rpc_error(stub.RequestCompaction(api.RequestCompactionRequest(session_id="x")))
     assert (error.code, error.reason, error.metadata) == (
         grpc.StatusCode.UNIMPLEMENTED,

@@ -516,3 +516,19 @@ async def test_raw_event_log_jsonl(server_factory: ServerFactory, fake_model: Fa
     assert [line["sequence"] for line in lines[1:]] == [e.sequence for e in log]
     assert [line["type"] for line in lines[1:]] == [e.WhichOneof("event") for e in log]
     assert "".join(str(line["text"]) for line in lines if line["type"] == "assistant_delta") == "logged"
+
+
+async def test_a_profile_of_another_tenant_says_so_rather_than_asking_for_a_key(
+    server_factory: ServerFactory, fake_model: FakeAnthropic, tmp_path: Path
+) -> None:
+    config = tmp_path / "profiles.toml"
+    config.write_text('[auth_profiles.team]\napi_key_env = "TEAM_KEY"\nallowed_tenants = ["acme"]\n')
+    server = await server_factory({"GENERAL_AGENT_CONFIG": str(config), "TEAM_KEY": "sk-ant-team-key-0000000"})
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+        sid = (await create_session(stub, auth_profile_id="team")).identity.session_id
+        error = await rpc_error(stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("hi"))))
+        assert (error.code, error.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "NO_API_KEY")
+        assert error.message == "the session's auth profile 'team' is not available to tenant 'default'"
+        assert "ANTHROPIC_API_KEY" not in error.message
+        assert fake_model.requests == []

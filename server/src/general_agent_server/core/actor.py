@@ -868,7 +868,7 @@ class SessionActor:
                 await asyncio.shield(ticket)
         except TimeoutError:
             raise ServiceError(
-                ErrorCode.ABORTED,
+                ErrorCode.FAILED_PRECONDITION,
                 "SESSION_BUSY",
                 f"the queued turn waited {timeout:g}s for session {self.session_id!r}",
                 metadata={"active_run_id": self.record.active_run_id, "state": self.record.state.value},

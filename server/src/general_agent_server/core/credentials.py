@@ -58,6 +58,28 @@ class CredentialResolver:
             return None
         return Credential(api_key=fallback.api_key, base_url=fallback.base_url, profile_id=fallback.profile_id)
 
+    def why_none(self, *, tenant: str, session_profile_id: str) -> str:
+        """Why `resolve` found no credential, naming the profile that failed and how (never a key)."""
+        if session_profile_id:
+            profile = self._profiles.get(session_profile_id)
+            if profile is None:
+                return f"the session's auth profile {session_profile_id!r} is not configured on this server"
+            if not profile.allows(tenant):
+                return f"the session's auth profile {session_profile_id!r} is not available to tenant {tenant!r}"
+            return f"the session's auth profile {session_profile_id!r} has no API key (set its key env or file)"
+        profile_id = self._tenant_defaults.get(tenant)
+        if profile_id:
+            profile = self._profiles.get(profile_id)
+            if profile is not None and not profile.allows(tenant):
+                return f"tenant {tenant!r}'s default auth profile {profile_id!r} is not available to it"
+        server = self._server_default
+        if server is not None and server.api_key and not server.allows(tenant):
+            return f"the server's default credential is not available to tenant {tenant!r}"
+        return (
+            "no API key resolves for this session: set ANTHROPIC_API_KEY, configure an auth profile, "
+            "or pass api_key on CreateSession/ResumeSession"
+        )
+
     def _tenant_profile(self, tenant: str) -> AuthProfile | None:
         profile_id = self._tenant_defaults.get(tenant)
         profile = self._profiles.get(profile_id) if profile_id else None

@@ -55,14 +55,14 @@ class ActorRegistry:
             await self._release(actor.tenant, actor.session_id)
 
     async def claim(self, tenant: str, session_id: str) -> None:
-        """Takes the session's lease for this replica, or fails UNAVAILABLE while another replica holds it."""
+        """Takes the session's lease for this replica, or fails SESSION_BUSY while another replica holds it."""
         owner = self._settings.replica_id
         if not await self._store.acquire_lease(tenant, session_id, owner, ttl_seconds=self._settings.lease_ttl_seconds):
             raise ServiceError(
-                ErrorCode.UNAVAILABLE,
+                ErrorCode.FAILED_PRECONDITION,
                 "SESSION_BUSY",
                 f"session {session_id!r} is held by another server replica; retry shortly",
-                metadata={"session_id": session_id},
+                metadata={"session_id": session_id, "state": "HELD_ELSEWHERE"},
                 retry_after_seconds=self._settings.lease_ttl_seconds / 3,
             )
 
@@ -125,23 +125,39 @@ class ActorRegistry:
         if actor is None and (actor := self._idle.pop(key, None)) is not None:
             self._actors[key] = actor
         if actor is None:
+            actor = await self._loaded(key)
+            actor = self._actors.setdefault(key, actor)
+        actor.users += 1
+        return actor
+
+    async def _loaded(self, key: _Key) -> SessionActor:
+        """Loads a session once however many callers ask at the same time. The first caller loads; the
+        others await its future. Every outcome is retrieved by the loader itself, so a failure nobody else
+        waited for is never left unobserved; a loader cancelled by its client makes the others load again."""
+        while True:
             loading = self._loading.get(key)
             if loading is None:
                 loading = asyncio.get_running_loop().create_future()
                 self._loading[key] = loading
                 try:
-                    loading.set_result(await self._load(tenant, session_id))
-                except BaseException as exc:
-                    loading.set_exception(exc)
+                    loading.set_result(await self._load(*key))
+                except asyncio.CancelledError:
+                    loading.cancel()
                     raise
+                except Exception as exc:
+                    loading.set_exception(exc)
                 finally:
                     del self._loading[key]
-            actor = await asyncio.shield(loading)
+            try:
+                actor = await asyncio.shield(loading)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if loading.cancelled() and task is not None and not task.cancelling():
+                    continue  # the loader's caller went away, not this one
+                raise
             if actor is None:
-                raise session_not_found(session_id)
-            actor = self._actors.setdefault(key, actor)
-        actor.users += 1
-        return actor
+                raise session_not_found(key[1])
+            return actor
 
     async def _load(self, tenant: str, session_id: str) -> SessionActor | None:
         record = await self._store.get_session(tenant, session_id)

@@ -51,14 +51,8 @@ class Admission:
     steered_run_id: str = ""
 
 
-def no_api_key(session_id: str) -> ServiceError:
-    return ServiceError(
-        ErrorCode.FAILED_PRECONDITION,
-        "NO_API_KEY",
-        "no API key resolves for this session: set ANTHROPIC_API_KEY, configure an auth profile, "
-        "or pass api_key on CreateSession/ResumeSession",
-        metadata={"session_id": session_id},
-    )
+def no_api_key(session_id: str, why: str) -> ServiceError:
+    return ServiceError(ErrorCode.FAILED_PRECONDITION, "NO_API_KEY", why, metadata={"session_id": session_id})
 
 
 class TurnOps:
@@ -74,7 +68,10 @@ class TurnOps:
     def credential(self, actor: SessionActor) -> Credential:
         credential = self._core.resolve_credential(actor)
         if credential is None:
-            raise no_api_key(actor.session_id)
+            why = self._core.credentials.why_none(
+                tenant=actor.tenant, session_profile_id=actor.record.config.auth_profile_id
+            )
+            raise no_api_key(actor.session_id, why)
         return credential
 
     def check_input(self, parts: tuple[ContentPart, ...], field_path: str = "input") -> None:

@@ -71,6 +71,11 @@ def check_config(
     check_hosted_tools(config.hosted_tools, field=f"{field_prefix}.hosted_tools", global_names=global_hosted_names)
     if config.mcp_servers:
         raise not_implemented("mcp", f"{field_prefix}.mcp_servers")
+    # Asked-for capabilities this build does not have are refused, never silently ignored.
+    if config.auto_compaction.threshold_pct or config.auto_compaction.cooldown_seconds is not None:
+        raise not_implemented("compaction", f"{field_prefix}.auto_compaction")
+    if config.memory.enabled:
+        raise not_implemented("memory", f"{field_prefix}.memory.enabled")
 
 
 # Spec Appendix D: names hosted tools may not take (built-ins, the seed's reserved names, memory_*, sessions_*).
