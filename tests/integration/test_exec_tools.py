@@ -1,5 +1,6 @@
 """`exec` through real turns: a CODING session runs a command (tool_result, the model sees the output), a
-timeout is a tool_error, server secrets do not reach commands, and GENERAL sessions are not offered exec."""
+timeout is a tool_error, server secrets do not reach commands, the workspace stays usable by the user commands
+run as, and GENERAL sessions are not offered exec."""
 
 from __future__ import annotations
 
@@ -95,6 +96,39 @@ async def test_server_secrets_do_not_reach_commands(
     assert "PATH=" in output
     assert "leak-check" not in output
     assert "leak-check" not in tool_result_sent(fake_model, 1)["content"]
+
+
+async def test_the_workspace_stays_usable_by_the_command_user(
+    stub: Stub, fake_model: FakeAnthropic, tmp_path: Path
+) -> None:
+    # The server runs as root here (as in CI), so commands run as nobody (tools/command_user.py): files the
+    # file tools write, before the first command and after it, must stay theirs to change.
+    sid = await new_session(stub, session_pb2.SESSION_MODE_CODING)
+    workspace = tmp_path / "workspaces" / "default" / sid
+
+    def write(call_id: str, path: str, content: str) -> Reply:
+        return Reply(blocks=[ToolUseBlock(id=call_id, name="write", input={"path": path, "content": content})])
+
+    fake_model.enqueue(
+        write("toolu_w1", "src/a.txt", "a\n"),
+        exec_call("toolu_e1", command="echo more >> src/a.txt && mkdir build && echo b > build/b.txt && id -u"),
+        write("toolu_w2", "src/new/c.txt", "c\n"),
+        exec_call("toolu_e2", command='echo more >> src/new/c.txt && rm build/b.txt && echo "$HOME"'),
+        TextReply("done"),
+    )
+    events = await stream_turn(stub, sid, "work on files")
+    outputs = [e.tool_result.output[0].text.text for e in events if e.WhichOneof("event") == "tool_result"]
+    assert outputs[1::2] == ["65534", str(workspace)]
+    assert (workspace / "src" / "a.txt").read_text() == "a\nmore\n"
+    assert (workspace / "src" / "new" / "c.txt").read_text() == "c\nmore\n"
+    assert not (workspace / "build" / "b.txt").exists()
+    for path in (
+        workspace,
+        workspace / "src" / "a.txt",
+        workspace / "src" / "new",
+        workspace / "src" / "new" / "c.txt",
+    ):
+        assert path.stat().st_uid == 65534, path
 
 
 async def test_general_session_is_not_offered_exec(stub: Stub, fake_model: FakeAnthropic, tmp_path: Path) -> None:

@@ -25,12 +25,15 @@ class ServerProcess:
     env: dict[str, str]
     log_path: Path
     extra_args: list[str] = field(default_factory=list)
+    # Runs the server through another program (e.g. setpriv, to start it as another user).
+    prefix: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
     address: str = ""
 
     def start(self, timeout: float = 30.0) -> str:
         ready = self.state_dir / f"ready-{time.monotonic_ns()}.json"
         command = [
+            *self.prefix,
             str(VENV_BIN / "general-agent"),
             "serve",
             "--listen",

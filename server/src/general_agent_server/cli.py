@@ -9,6 +9,7 @@ import sys
 
 from general_agent_server import __version__
 from general_agent_server.config import ConfigError, add_flags, load_settings, settings_table_markdown
+from general_agent_server.hardening import harden_process
 from general_agent_server.logging_setup import configure_logging
 
 
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     if settings.default_profile is not None:
         secrets.append(settings.default_profile.api_key)
     configure_logging(level=settings.log_level, fmt=settings.log_format, secrets=[s for s in secrets if s])
+    # Before any command can run: exec's commands must not read this process (see hardening.py).
+    harden_process()
     from general_agent_server.app import serve
 
     asyncio.run(serve(settings))

@@ -17,10 +17,12 @@ from urllib.parse import urlsplit
 from general_agent_server.core.credentials import AuthProfile
 from general_agent_server.core.errors import ServiceError
 from general_agent_server.core.plugins import PluginMode, normalise_plugin_ids
+from general_agent_server.core.redaction import register_secret
 from general_agent_server.core.session import HostedToolDefinition
 from general_agent_server.core.settings import CoreSettings
 from general_agent_server.core.tools import ToolLimits
 from general_agent_server.core.validation import check_hosted_tools
+from general_agent_server.tools.command_user import CommandUserError, command_user
 
 MIB = 1024 * 1024
 
@@ -130,7 +132,7 @@ SETTINGS: tuple[Setting, ...] = (
         name="hosted_call_timeout_max", kind=float, default=604_800.0, help="Upper bound on any hosted call deadline."
     ),
     Setting(name="max_queued_turns", kind=int, default=8, help="ENQUEUE turns waiting per session."),
-    Setting(name="enqueue_timeout", kind=float, default=60.0, help="Seconds an ENQUEUE turn waits before ABORTED."),
+    Setting(name="enqueue_timeout", kind=float, default=60.0, help="Seconds an ENQUEUE turn waits before it fails SESSION_BUSY."),
     Setting(name="event_retention_count", kind=int, default=10_000, help="Events kept per session (newest)."),
     Setting(name="event_retention_days", kind=float, default=7.0, help="Days events are kept per session."),
     Setting(
@@ -155,6 +157,13 @@ SETTINGS: tuple[Setting, ...] = (
         kind=str,
         default="PATH,HOME,LANG,LC_ALL,LC_CTYPE,TERM,TZ,USER,LOGNAME,SHELL,TMPDIR",
         help="Comma-separated environment variables exec commands inherit; nothing else reaches them.",
+    ),
+    Setting(
+        name="exec_user",
+        kind=str,
+        default="",
+        help="User (name or uid) exec commands run as when the server runs as root; empty: nobody. `root` lets "
+        "commands read the server's memory and files. A server run as another user runs them as itself.",
     ),
     Setting(
         name="ssrf_allow_hosts",
@@ -293,6 +302,7 @@ class ServerSettings:
     exec_timeout: float = 120.0
     exec_timeout_max: float = 1800.0
     exec_env_allow: str = "PATH,HOME,LANG,LC_ALL,LC_CTYPE,TERM,TZ,USER,LOGNAME,SHELL,TMPDIR"
+    exec_user: str = ""
     ssrf_allow_hosts: str = ""
     web_fetch_cache_ttl_minutes: float = 15.0
     web_fetch_timeout_seconds: float = 30.0
@@ -420,8 +430,8 @@ def load_settings(args: argparse.Namespace | None, environ: Mapping[str, str]) -
         auth_profiles=_profiles(file_values.get("auth_profiles", {}), environ),
         tenant_default_profiles=dict(file_values.get("tenant_default_profiles", {})),
         hosted_tools=_hosted_tools(file_values.get("hosted_tools", [])),
-        brave_api_key=environ.get("BRAVE_API_KEY") or environ.get("BRAVE_SEARCH_API_KEY") or "",
-        firecrawl_api_key=environ.get("FIRECRAWL_API_KEY", "").strip(),
+        brave_api_key=register_secret(environ.get("BRAVE_API_KEY") or environ.get("BRAVE_SEARCH_API_KEY") or ""),
+        firecrawl_api_key=register_secret(environ.get("FIRECRAWL_API_KEY", "").strip()),
     )
     _validate(settings)
     return settings
@@ -429,7 +439,7 @@ def load_settings(args: argparse.Namespace | None, environ: Mapping[str, str]) -
 
 def _read_secret_file(path: str, what: str) -> str:
     try:
-        return Path(path).read_text().strip()
+        return register_secret(Path(path).read_text().strip())
     except OSError as exc:
         raise ConfigError(f"{what}: cannot read {path}: {exc.strerror}") from None
 
@@ -443,7 +453,11 @@ def _check_base_url(url: str | None, what: str) -> str | None:
 
 
 def _default_profile(key_file: str, environ: Mapping[str, str]) -> AuthProfile:
-    key = _read_secret_file(key_file, "anthropic_api_key_file") if key_file else environ.get("ANTHROPIC_API_KEY", "")
+    key = (
+        _read_secret_file(key_file, "anthropic_api_key_file")
+        if key_file
+        else register_secret(environ.get("ANTHROPIC_API_KEY", ""))
+    )
     return AuthProfile(
         profile_id="default",
         api_key=key,
@@ -463,7 +477,7 @@ def _profiles(raw: Any, environ: Mapping[str, str]) -> dict[str, AuthProfile]:
             raise ConfigError(f"{where}: put the key in an environment variable (api_key_env) or a file (api_key_file)")
         key = ""
         if spec.get("api_key_env"):
-            key = environ.get(str(spec["api_key_env"]), "")
+            key = register_secret(environ.get(str(spec["api_key_env"]), ""))
         elif spec.get("api_key_file"):
             key = _read_secret_file(str(spec["api_key_file"]), f"{where}.api_key_file")
         profiles[profile_id] = AuthProfile(
@@ -536,6 +550,10 @@ def _validate(settings: ServerSettings) -> None:
         raise ConfigError(f"workspace_mode: expected per_session or shared, got {settings.workspace_mode!r}")
     if settings.exec_timeout > settings.exec_timeout_max:
         raise ConfigError("exec_timeout: must not exceed exec_timeout_max")
+    try:
+        command_user(settings.exec_user)
+    except CommandUserError as exc:
+        raise ConfigError(str(exc)) from None
     if settings.web_fetch_max_redirects < 0:
         raise ConfigError("web_fetch_max_redirects: must not be negative")
     for name in ("web_fetch_firecrawl_max_age_ms", "web_fetch_firecrawl_timeout_seconds"):

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from general_agent_server.core.redaction import scrub
+from general_agent_server.core.redaction import redact_text, scrub
 from general_agent_server.rpc.interceptors import current_request_id
 
 _FIELDS = ("category", "tenant", "session_id", "run_id", "rpc", "code")
@@ -36,7 +36,7 @@ class JsonFormatter(logging.Formatter):
             line["request_id"] = request_id
         if record.exc_info:
             line["exception"] = scrub(self.formatException(record.exc_info), self._secrets)
-        return json.dumps(line, ensure_ascii=False)
+        return redact_text(json.dumps(line, ensure_ascii=False))  # every field, not only the message
 
 
 class ScrubbingTextFormatter(logging.Formatter):

@@ -45,6 +45,7 @@ from general_agent_server.core.hook_payloads import MessageHistory
 from general_agent_server.core.hook_points import SessionHooks
 from general_agent_server.core.hooks import HookRunner
 from general_agent_server.core.model import Credential, ModelClient
+from general_agent_server.core.redaction import redact
 from general_agent_server.core.request_builder import user_content_blocks
 from general_agent_server.core.runner import (
     MODEL_HOOKS,
@@ -300,8 +301,9 @@ class SessionActor:
     def stamp(self, run_id: str, body: EventBody) -> SequencedEvent:
         sequence = self._next_sequence
         self._next_sequence += 1
+        # Every event is stamped before it is stored, published or logged: one redaction covers them all.
         return SequencedEvent(
-            sequence=sequence, session_id=self.session_id, run_id=run_id, create_time=utcnow(), body=body
+            sequence=sequence, session_id=self.session_id, run_id=run_id, create_time=utcnow(), body=redact(body)
         )
 
     async def emit_delta(self, run_id: str, body: AssistantDelta | ReasoningDelta, *, first: bool = False) -> None:
@@ -419,6 +421,8 @@ class SessionActor:
         changes: dict[str, object],
         idempotency: IdempotencyRecord | None = None,
     ) -> None:
+        # Nothing is stored or exported with a secret the server knows in it (model text and host input included).
+        transcript, history, runs, tool_calls = redact((transcript, history, runs, tool_calls))
         base = 0 if replace_history else len(self.history)
         last_sequence = max(self.last_assigned_sequence, self.record.last_sequence)
         reserved = self.record.sequence_reserved
@@ -719,6 +723,7 @@ class SessionActor:
     ) -> Resolution:
         """Resolves one pending hosted call (lock held). The last resolution continues the run; a submit
         resolves the credential first so that a missing one leaves the call pending (spec 6)."""
+        result = redact(result)  # the host's answer reaches the model, hooks and the store only redacted
         record = next((r for r in self.round if r.call_id == call_id), None)
         if record is None:
             stored = await self.store.get_tool_call(self.tenant, self.session_id, call_id)

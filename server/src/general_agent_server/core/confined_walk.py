@@ -154,6 +154,7 @@ class ConfinedWalk:
             # More components follow, so this one has to be a directory.
             with suppress(FileExistsError):
                 os.mkdir(name, dir_fd=parent)
+                take_owner(os.fstat(parent), name=name, dir_fd=parent)
             pending.appendleft(name)  # look again: whatever is there now decides
             return
         self.names.append(name)
@@ -178,3 +179,19 @@ class ConfinedWalk:
         self._hops += 1
         if self._hops > MAX_LINK_HOPS:
             raise ToolFailure(f"Too many levels of symbolic links: {self._shown}")
+
+
+def take_owner(owner: os.stat_result, *, fd: int = -1, name: str = "", dir_fd: int = -1) -> None:
+    """Gives a file or directory the server just created (open as `fd`, or `name` in `dir_fd`, never followed)
+    the owner and group of `owner`: the directory it was created in, or the file it replaces. Only a root server
+    creates files for another user: a workspace it handed to exec's user (tools/command_user.py) stays usable
+    by that user's commands. A no-op otherwise."""
+    if os.geteuid() != 0:
+        return
+    current = os.fstat(fd) if fd >= 0 else os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if (current.st_uid, current.st_gid) == (owner.st_uid, owner.st_gid):
+        return
+    if fd >= 0:
+        os.fchown(fd, owner.st_uid, owner.st_gid)
+    else:
+        os.chown(name, owner.st_uid, owner.st_gid, dir_fd=dir_fd, follow_symlinks=False)

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from general_agent_server.core.redaction import redact
+
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 
 
@@ -38,10 +40,12 @@ class MessageSelection:
 
 def shape_event(event: Mapping[str, Any], selection: MessageSelection) -> dict[str, Any]:
     """The event as one handler receives it: every MessageHistory becomes
-    `{messageCount, messages, truncated}` (the proto JSON of HookMessages)."""
-    return {
+    `{messageCount, messages, truncated}` (the proto JSON of HookMessages). Every payload a hook receives is
+    built here, so this is where it is redacted."""
+    shaped = {
         key: _payload(value, selection) if isinstance(value, MessageHistory) else value for key, value in event.items()
     }
+    return redact(shaped)
 
 
 def _payload(history: MessageHistory, selection: MessageSelection) -> dict[str, Any]:

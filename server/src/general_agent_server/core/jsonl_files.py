@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from general_agent_server.core.redaction import redact_text
+
 logger = logging.getLogger(__name__)
 
 COALESCE_SECONDS = 0.05
@@ -92,7 +94,12 @@ def _write_files(pending: dict[Path, list[str]], truncate: set[Path]) -> None:
             _open_private(path, truncate=True).close()
     for path, lines in pending.items():
         with _open_private(path, truncate=path in truncate) as handle:
-            handle.write("".join(line + "\n" for line in lines))
+            handle.write(_text(lines))
+
+
+def _text(lines: list[str]) -> str:
+    """The lines as written: every line a writer hands over (a turn's input included) is redacted here."""
+    return "".join(redact_text(line) + "\n" for line in lines)
 
 
 def _open_private(path: Path, *, truncate: bool) -> Any:
@@ -111,4 +118,4 @@ def line_count(path: Path) -> int:
 
 def rewrite(path: Path, lines: list[str]) -> None:
     with _open_private(path, truncate=True) as handle:
-        handle.write("".join(line + "\n" for line in lines))
+        handle.write(_text(lines))

@@ -1,24 +1,131 @@
-"""Scrubbing of secrets from text that leaves the process (errors, logs, events)."""
+"""Scrubbing of secrets from what leaves the process or is stored (tool results, events, transcript, model
+history, event log, hook payloads, logs, errors).
+
+One registry holds every secret value the server knows. Each secret is registered where it is loaded (the
+settings, a session's in-memory API key, a hook registration's TLS key), and the sinks apply `redact` at their
+boundaries: tool results as they enter a run, every event as it is stamped, the commit path, the hook payload
+builder, the JSONL writers and the log formatter. A value shorter than MIN_SECRET_CHARS is not registered:
+replacing short strings everywhere would mangle ordinary text and hide nothing worth hiding."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
+import threading
 from collections.abc import Iterable
+from typing import Any, TypeVar
 
-# Anthropic keys and bearer-looking tokens, even when we were not told the exact value.
+# Anthropic keys and bearer-looking tokens, even when we were not told the exact value (logs and errors only:
+# a tool's output may legitimately hold such text, e.g. a test fixture in the user's repository).
 _PATTERNS = (
     re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}"),
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-]{8,}"),
     re.compile(r"(?i)(x-api-key[\"']?\s*[:=]\s*[\"']?)[^\s\"',]+"),
 )
 REDACTED = "[REDACTED]"
+MIN_SECRET_CHARS = 8
+
+T = TypeVar("T")
+
+
+class SecretRegistry:
+    """The secret values known to this process. Registration is rare (start-up, a session's key, a hook
+    registration); lookups happen on every event, so the values are kept as an immutable tuple swapped under a
+    lock, and readers (the event loop, writer threads, log handlers) never lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: tuple[str, ...] = ()
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        return self._values
+
+    def register(self, value: str | None) -> None:
+        """Registers a secret, its lines (a PEM key is re-wrapped by whatever prints it) and its JSON-escaped
+        form (how it appears inside a JSON string); values below MIN_SECRET_CHARS are ignored."""
+        if not value:
+            return
+        lines = (line.strip() for line in value.splitlines())
+        forms = {value.strip(), *(line for line in lines if not line.startswith("-----"))}  # not PEM armour
+        forms |= {json.dumps(form, ensure_ascii=False)[1:-1] for form in forms}
+        new = {form for form in forms if len(form) >= MIN_SECRET_CHARS}
+        with self._lock:
+            if new <= set(self._values):
+                return
+            # Longest first: a secret that contains another is replaced whole, not around the shorter one.
+            self._values = tuple(sorted(new | set(self._values), key=lambda v: (-len(v), v)))
+
+
+SECRETS = SecretRegistry()
+
+
+def register_secret(value: str) -> str:
+    """Registers a secret where it is loaded and hands it back, so a loader reads `key = register_secret(...)`."""
+    SECRETS.register(value)
+    return value
+
+
+def redact_text(text: str, secrets: tuple[str, ...] | None = None) -> str:
+    """`text` with every registered secret replaced by [REDACTED]."""
+    for secret in SECRETS.values if secrets is None else secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def redact(value: T) -> T:
+    """A copy of `value` with every registered secret replaced in every string it holds: strings, lists, tuples,
+    dicts and dataclasses (the event, transcript, history and tool-call types) are walked; anything else (bytes
+    of an image, numbers, enums, times) is kept. Unchanged parts are returned as they are, not copied."""
+    secrets = SECRETS.values
+    if not secrets:
+        return value
+    result: T = _redact(value, secrets)
+    return result
+
+
+def _redact(value: Any, secrets: tuple[str, ...]) -> Any:
+    if isinstance(value, str):
+        return redact_text(value, secrets)
+    if isinstance(value, dict):
+        items = {key: _redact(item, secrets) for key, item in value.items()}
+        return items if any(items[key] is not item for key, item in value.items()) else value
+    if isinstance(value, list | tuple):
+        elements = [_redact(item, secrets) for item in value]
+        if all(new is old for new, old in zip(elements, value, strict=True)):
+            return value
+        return elements if isinstance(value, list) else tuple(elements)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for name in _init_fields(type(value)):
+            old = getattr(value, name)
+            new = _redact(old, secrets)
+            if new is not old:
+                changes[name] = new
+        return dataclasses.replace(value, **changes) if changes else value
+    return value
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _init_fields(cls: type) -> tuple[str, ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = tuple(f.name for f in dataclasses.fields(cls) if f.init)
+        _FIELDS[cls] = names
+    return names
 
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
-    """Replaces every known secret and anything shaped like a key with [REDACTED]."""
+    """For logs and error messages: every registered secret, every secret given, and anything shaped like a
+    key replaced with [REDACTED]."""
     for secret in secrets:
         if secret and len(secret) >= 4:
             text = text.replace(secret, REDACTED)
+    text = redact_text(text)
     for pattern in _PATTERNS:
         text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + REDACTED, text)
     return text

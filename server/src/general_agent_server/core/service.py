@@ -39,6 +39,7 @@ from general_agent_server.core.model import Credential, ModelClient
 from general_agent_server.core.paging import decode_token, encode_token, filters_digest, invalid_token
 from general_agent_server.core.plugins import LoadedPlugins, load_plugins
 from general_agent_server.core.recovery import recover_interrupted_runs
+from general_agent_server.core.redaction import register_secret
 from general_agent_server.core.registry import ActorRegistry
 from general_agent_server.core.runs import RunStatus
 from general_agent_server.core.session import (
@@ -253,8 +254,10 @@ class AgentCore:
         tenant: str, spec: HookRegistrationSpec
     ) -> tuple[HookRegistrationSpec, HookRegistrationSpec]:
         """The registration as it lives in memory, and as it is stored: the mutual-TLS client key is a
-        secret, kept in memory and never stored."""
+        secret, kept in memory and never stored (and redacted wherever it could surface)."""
         live = replace(spec, tenant=tenant, create_time=spec.create_time or utcnow())
+        if live.tls is not None:
+            register_secret(live.tls.client_key_pem)
         stored = live if live.tls is None else replace(live, tls=replace(live.tls, client_key_pem=""))
         return live, stored
 
@@ -376,7 +379,7 @@ class AgentCore:
             await self._add_registration(ctx.tenant, live, already_stored=True)
         await self.registry.adopt(self.registry.new_actor(record, []))
         if api_key:
-            self.registry.memory_keys[(ctx.tenant, session_id)] = api_key
+            self.registry.memory_keys[(ctx.tenant, session_id)] = register_secret(api_key)
         logger.info("session created", extra={"category": "system", "tenant": ctx.tenant, "session_id": session_id})
         return self.view(record)
 
@@ -617,7 +620,7 @@ class AgentCore:
         await self.registry.adopt(actor)
         self.exporter.append(ctx.tenant, session_id, transcript)
         if overrides.api_key:
-            self.registry.memory_keys[(ctx.tenant, session_id)] = overrides.api_key
+            self.registry.memory_keys[(ctx.tenant, session_id)] = register_secret(overrides.api_key)
         if copy_workspace and source_workspace.exists() and source_workspace != actor.workspace:
             await asyncio.to_thread(
                 shutil.copytree, source_workspace, actor.workspace, symlinks=True, dirs_exist_ok=True
@@ -684,7 +687,7 @@ class AgentCore:
             else:
                 await self.idempotency.remember(ctx.tenant, session_id, rpc, idem, answer)
             if overrides.api_key:
-                self.registry.memory_keys[(ctx.tenant, session_id)] = overrides.api_key
+                self.registry.memory_keys[(ctx.tenant, session_id)] = register_secret(overrides.api_key)
             return self.view(actor.record)
 
     async def reset_session(

@@ -19,6 +19,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from general_agent_server.core.content import ContentPart, ImagePart, TextPart
+from general_agent_server.core.redaction import redact
 
 logger = logging.getLogger(__name__)
 
@@ -224,7 +225,8 @@ class ToolSet:
                 outcome = self._unexpected(name, exc)
             else:
                 outcome = await recorder.around(context, name, paths, lambda: self._run(name, tool, arguments, context))
-        return cap_output(outcome, self._limits.max_output_chars)
+        # Redacted before the cap, so a cut never leaves part of a secret behind.
+        return cap_output(redact(outcome), self._limits.max_output_chars)
 
     async def _run(self, name: str, tool: LocalTool, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
         timeout = tool.spec.timeout_seconds or self._limits.default_timeout_seconds

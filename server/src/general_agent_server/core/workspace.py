@@ -21,7 +21,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from general_agent_server.core.confined_walk import DIR_FLAGS, ConfinedWalk, Missing
+from general_agent_server.core.confined_walk import DIR_FLAGS, ConfinedWalk, Missing, take_owner
 from general_agent_server.core.tools import ToolFailure
 
 # Attempts at an open whose target keeps turning into a link between the walk and the open.
@@ -208,8 +208,12 @@ def _replace(dir_fd: int, name: str, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as file:
             file.write(data)
+            # A replaced file keeps its mode and owner; a new one takes its directory's owner.
             if existing is not None and stat.S_ISREG(existing.st_mode):
                 os.fchmod(file.fileno(), stat.S_IMODE(existing.st_mode))
+                take_owner(existing, fd=file.fileno())
+            else:
+                take_owner(os.fstat(dir_fd), fd=file.fileno())
         # rename replaces whatever is at `name` (a link swapped in included) and never follows it.
         os.replace(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 from general_agent_server.config import ServerSettings
 from general_agent_server.core.tools import LocalTool, ToolCatalog
 from general_agent_server.tools.apply_patch import ApplyPatchTool
+from general_agent_server.tools.command_user import CommandUser, command_user, unreachable_from
 from general_agent_server.tools.edit import EditTool
 from general_agent_server.tools.exec import ExecTool
 from general_agent_server.tools.file_mutation import PathLocks
@@ -18,6 +22,8 @@ from general_agent_server.tools.shell import ShellLauncher
 from general_agent_server.tools.web_fetch import WebFetchTool
 from general_agent_server.tools.web_search import WebSearchTool
 from general_agent_server.tools.write import WriteTool
+
+logger = logging.getLogger(__name__)
 
 # The order tools are offered in (reference general-agent-sdk.md 11.2, plus glob and grep).
 BUILTIN_NAMES = (
@@ -47,7 +53,7 @@ def builtin_catalog(settings: ServerSettings) -> ToolCatalog:
     tools["grep"] = GrepTool(find_ripgrep())
     if settings.exec_enabled:
         # One registry shared by both: exec starts background processes, process manages them.
-        launcher = ShellLauncher(settings.exec_env_allow)
+        launcher = ShellLauncher(settings.exec_env_allow, exec_user(settings))
         processes = ProcessRegistry(launcher)
         tools["exec"] = ExecTool(
             launcher=launcher,
@@ -60,3 +66,18 @@ def builtin_catalog(settings: ServerSettings) -> ToolCatalog:
     tools["web_search"] = WebSearchTool.from_settings(settings)
     ordered = {name: tools[name] for name in BUILTIN_NAMES if name in tools}
     return ToolCatalog(builtins=ordered, limits=settings.tool_limits())
+
+
+def exec_user(settings: ServerSettings) -> CommandUser | None:
+    user = command_user(settings.exec_user)
+    if user is not None:
+        blocked = unreachable_from(Path(settings.workspace_dir).resolve(), user)
+        if blocked is not None:
+            logger.warning(
+                "exec commands run as %s, who cannot enter %s: they reach the workspace through relative paths "
+                "only; put workspace_dir where that user can reach it",
+                user.name,
+                blocked,
+                extra={"category": "system"},
+            )
+    return user

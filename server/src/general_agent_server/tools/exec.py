@@ -1,6 +1,7 @@
-"""`exec`: a shell command in the session workspace, in its own process group, with a filtered environment;
-the output's tail and the exit code come back (a non-zero exit is a normal result; timeout and cancel are
-errors). background=true hands the command to the process registry and returns at once."""
+"""`exec`: a shell command in the session workspace, in its own process group, with a filtered environment, as
+a user that cannot read the server (tools/command_user.py); the output's tail and the exit code come back (a
+non-zero exit is a normal result; timeout and cancel are errors). background=true hands the command to the
+process registry and returns at once."""
 
 from __future__ import annotations
 
@@ -64,11 +65,13 @@ class Completed:
     exit_code: int | None  # None: timed out
 
 
-async def run_command(launcher: ShellLauncher, command: str, cwd: Path, limit_seconds: float) -> Completed:
+async def run_command(
+    launcher: ShellLauncher, command: str, cwd: Path, limit_seconds: float, workspace: Path | None = None
+) -> Completed:
     """Runs to completion or timeout; on timeout, and on cancellation, the whole group is SIGKILLed and reaped
     before this returns (or re-raises)."""
     output = ByteTail(RAW_TAIL_BYTES)
-    process = await launcher.spawn(command, cwd, interactive=False)
+    process = await launcher.spawn(command, cwd, interactive=False, workspace=workspace)
     assert process.stdout is not None
     reader = asyncio.create_task(pump(process.stdout, output.append))
     try:
@@ -125,7 +128,7 @@ class ExecTool:
         if arguments.get("background"):
             return await self._start_background(command, cwd, context)
         timeout = min(float(arguments.get("timeout", self._default_timeout)), self._max_timeout)
-        completed = await run_command(self._launcher, command, cwd, timeout)
+        completed = await run_command(self._launcher, command, cwd, timeout, context.workspace)
         text, truncated = render_output(completed.output)
         if completed.exit_code is None:
             message = f"Command timed out after {timeout:g}s" + (f"\n{text}" if text else "")
@@ -137,7 +140,7 @@ class ExecTool:
 
     async def _start_background(self, command: str, cwd: Path, context: ToolContext) -> ToolOutcome:
         owner = Owner(tenant=context.tenant, session_id=context.session_id, run_id=context.run_id)
-        entry = await self._registry.start(command, cwd, owner)
+        entry = await self._registry.start(command, cwd, owner, workspace=context.workspace)
         text = (
             f"Background session started: {entry.id}\nCommand: {command}\nPID: {entry.pid}\n"
             "Use the process tool to check status."

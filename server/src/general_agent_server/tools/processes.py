@@ -112,14 +112,14 @@ class ProcessRegistry:
         self._max_per_session = max_per_session
         self._sessions: dict[SessionKey, dict[str, BackgroundProcess]] = {}
 
-    async def start(self, command: str, cwd: Path, owner: Owner) -> BackgroundProcess:
+    async def start(self, command: str, cwd: Path, owner: Owner, *, workspace: Path | None = None) -> BackgroundProcess:
         entries = self._sessions.setdefault((owner.tenant, owner.session_id), {})
         if len(entries) >= self._max_per_session:
             raise ToolFailure(
                 f"This session already has {len(entries)} background processes; "
                 "remove finished ones with the process tool (action=remove)."
             )
-        process = await self._launcher.spawn(command, cwd, interactive=True)
+        process = await self._launcher.spawn(command, cwd, interactive=True, workspace=workspace)
         entry = BackgroundProcess(process_id=secrets.token_hex(6), command=command, owner=owner, process=process)
         entries[entry.id] = entry
         return entry

@@ -11,6 +11,8 @@ import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from general_agent_server.tools.command_user import CommandUser, hand_over
+
 # How long to wait for a killed process to be reaped, and for its pipe to reach EOF.
 KILL_WAIT_SECONDS = 5.0
 CHUNK_BYTES = 64 * 1024
@@ -38,23 +40,34 @@ def shell_path(environ: Mapping[str, str] | None = None) -> str:
 
 
 class ShellLauncher:
-    """Spawns `<shell> -c <command>` in its own session (so its process group can be killed as one)."""
+    """Spawns `<shell> -c <command>` in its own session (so its process group can be killed as one), as
+    `user` when given (tools/command_user.py says who and why)."""
 
-    def __init__(self, env_allow: str) -> None:
+    def __init__(self, env_allow: str, user: CommandUser | None = None) -> None:
         self._names = allowed_names(env_allow)
+        self._user = user
 
-    def environment(self) -> dict[str, str]:
+    def environment(self, workspace: Path | None = None) -> dict[str, str]:
         # Read at every spawn, not at construction: the server's environment may change while it runs.
-        return filtered_environment(self._names)
+        environment = filtered_environment(self._names)
+        if self._user is not None and workspace is not None:
+            environment.update(self._user.environment(home=workspace))
+        return environment
 
-    async def spawn(self, command: str, cwd: Path, *, interactive: bool) -> asyncio.subprocess.Process:
-        """interactive=True gives the command a stdin pipe (background processes take `process write`)."""
+    async def spawn(
+        self, command: str, cwd: Path, *, interactive: bool, workspace: Path | None = None
+    ) -> asyncio.subprocess.Process:
+        """interactive=True gives the command a stdin pipe (background processes take `process write`).
+        `workspace` (cwd is in it) is handed to the command's user first; cheap once that is done."""
+        argv = [shell_path(), "-c", command]
+        if self._user is not None:
+            argv = self._user.argv(argv)
+            if workspace is not None:
+                await asyncio.to_thread(hand_over, workspace, self._user)
         return await asyncio.create_subprocess_exec(
-            shell_path(),
-            "-c",
-            command,
+            *argv,
             cwd=cwd,
-            env=self.environment(),
+            env=self.environment(workspace or cwd),
             stdin=subprocess.PIPE if interactive else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
