@@ -132,7 +132,12 @@ SETTINGS: tuple[Setting, ...] = (
         name="hosted_call_timeout_max", kind=float, default=604_800.0, help="Upper bound on any hosted call deadline."
     ),
     Setting(name="max_queued_turns", kind=int, default=8, help="ENQUEUE turns waiting per session."),
-    Setting(name="enqueue_timeout", kind=float, default=60.0, help="Seconds an ENQUEUE turn waits before it fails SESSION_BUSY."),
+    Setting(
+        name="enqueue_timeout",
+        kind=float,
+        default=60.0,
+        help="Seconds an ENQUEUE turn waits before it fails SESSION_BUSY.",
+    ),
     Setting(name="event_retention_count", kind=int, default=10_000, help="Events kept per session (newest)."),
     Setting(name="event_retention_days", kind=float, default=7.0, help="Days events are kept per session."),
     Setting(
