@@ -24,6 +24,7 @@ from general_agent_server.core.errors import (
     ServiceError,
     invalid_argument,
     not_implemented,
+    quoted,
     session_not_found,
 )
 from general_agent_server.core.event_log import EventLog
@@ -58,7 +59,14 @@ from general_agent_server.core.tools import ToolCatalog
 from general_agent_server.core.transcript import SessionResetEntry, TranscriptEntry
 from general_agent_server.core.transcript_export import TranscriptExporter
 from general_agent_server.core.turns import TurnOps
-from general_agent_server.core.validation import check_config, check_session_id
+from general_agent_server.core.validation import (
+    check_config,
+    check_sequence,
+    check_session_id,
+    check_session_key,
+    check_size,
+    check_token,
+)
 from general_agent_server.store.port import (
     ListCursor,
     SessionExistsError,
@@ -225,10 +233,15 @@ class AgentCore:
         return self.hook_dialer
 
     async def register_hooks(self, ctx: CallContext, spec: HookRegistrationSpec) -> HookRegistrationSpec:
-        check_registration(spec)
+        limits = self.settings.input_limits
+        check_registration(spec, limits=limits)
         if spec.session_id:
             await self.get_session(ctx, spec.session_id)
         await self._check_hook_target(spec, "registration.target.address")
+        # Registrations live in memory for as long as the server runs: their number per scope is bounded.
+        scope = await self.session_registrations(ctx.tenant, spec.session_id)
+        count = 1 + sum(1 for s in scope if s.plugin_id != spec.plugin_id)
+        check_size("registration", count, "registrations in its scope", limits, "max_hook_registrations")
         return await self._add_registration(ctx.tenant, spec)
 
     async def _check_hook_target(self, spec: HookRegistrationSpec, field: str) -> None:
@@ -237,9 +250,7 @@ class AgentCore:
         try:
             await check_host(host, self.settings.ssrf_allow_hosts)
         except SsrfBlocked as blocked:
-            error = invalid_argument(field, f"hook target refused: {blocked.reason}")
-            error.reason = "INVALID_HOOK"
-            raise error from None
+            raise invalid_argument(field, f"hook target refused: {blocked.reason}", reason="INVALID_HOOK") from None
 
     @staticmethod
     def _registration_to_store(
@@ -290,9 +301,7 @@ class AgentCore:
     ) -> HookOutcome:
         """Runs any hook with the runner's merge rules (spec 7, EmitHook)."""
         if hook not in HOOK_NAMES:
-            error = invalid_argument("hook_name", f"unknown hook {hook!r}")
-            error.reason = "INVALID_HOOK"
-            raise error
+            raise invalid_argument("hook_name", f"unknown hook {quoted(hook)}", reason="INVALID_HOOK")
         if session_id:
             await self.get_session(ctx, session_id)
         try:
@@ -317,10 +326,10 @@ class AgentCore:
         if record is None or record.create_time < utcnow() - timedelta(seconds=self.settings.idempotency_ttl_seconds):
             return None
         if record.body_hash != idem.body_hash:
-            raise ServiceError(
-                ErrorCode.INVALID_ARGUMENT,
-                "REQUEST_ID_REUSED",
-                f"request_id {idem.request_id!r} was already used with a different request",
+            raise invalid_argument(
+                "request_id",
+                f"{quoted(idem.request_id)} was already used with a different request",
+                reason="REQUEST_ID_REUSED",
                 metadata={"request_id": idem.request_id},
             )
         result: dict[str, Any] = json.loads(record.result_json)
@@ -358,19 +367,25 @@ class AgentCore:
             return await self.get_session(ctx, str(replay["session_id"]))
         if identity.session_id:
             check_session_id(identity.session_id, "session.identity.session_id")
+        limits = self.settings.input_limits
+        check_session_key(identity.session_key, "session.identity.session_key", limits)
         check_config(
             config,
             known_profile=self.credentials.has_profile(config.auth_profile_id),
             global_hosted_names=self.global_hosted_names,
+            limits=limits,
         )
         if hook_registrations:
             self._dialer()
+        check_size(
+            "session.hook_registrations", len(hook_registrations), "registrations", limits, "max_hook_registrations"
+        )
         seen_plugins: set[str] = set()
         for index, registration in enumerate(hook_registrations):
             where = f"session.hook_registrations[{index}]"
-            check_registration(registration, where)
+            check_registration(registration, where, limits)
             if registration.plugin_id in seen_plugins:
-                raise invalid_argument(f"{where}.plugin_id", f"plugin {registration.plugin_id!r} listed twice")
+                raise invalid_argument(f"{where}.plugin_id", f"plugin {quoted(registration.plugin_id)} listed twice")
             seen_plugins.add(registration.plugin_id)
             await self._check_hook_target(registration, f"{where}.target.address")
         session_id = identity.session_id or str(uuid.uuid4())
@@ -465,7 +480,7 @@ class AgentCore:
         self, ctx: CallContext, query: SessionQuery, *, page_size: int, page_token: str
     ) -> tuple[list[SessionView], str]:
         if page_size < 0:
-            raise ServiceError(ErrorCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", "page_size: must not be negative")
+            raise invalid_argument("page_size", "must not be negative")
         limit = min(page_size or 50, 1000)
         digest = filters_digest(
             {
@@ -550,6 +565,8 @@ class AgentCore:
         check_session_id(source_session_id, "source_session_id")
         if identity.session_id:
             check_session_id(identity.session_id, "identity.session_id")
+        check_session_key(identity.session_key, "identity.session_key", self.settings.input_limits)
+        check_sequence(at_sequence, "at_sequence")
         self.check_serving()
         replay = await self._replayed(ctx, "ForkSession", idem)
         if replay is not None:
@@ -579,6 +596,7 @@ class AgentCore:
             known_profile=self.credentials.has_profile(config.auth_profile_id),
             field_prefix="overrides",
             global_hosted_names=self.global_hosted_names,
+            limits=self.settings.input_limits,
         )
         session_id = identity.session_id or str(uuid.uuid4())
         now = utcnow()
@@ -658,6 +676,7 @@ class AgentCore:
         idem: Idempotency | None = None,
     ) -> SessionView:
         check_session_id(identity.session_id, "identity.session_id")
+        check_session_key(identity.session_key, "identity.session_key", self.settings.input_limits)
         return await self._apply_overrides(ctx, identity.session_id, overrides, identity=identity)
 
     async def _apply_overrides(
@@ -674,6 +693,7 @@ class AgentCore:
                 config,
                 known_profile=self.credentials.has_profile(config.auth_profile_id),
                 field_prefix="overrides",
+                limits=self.settings.input_limits,
             )
             changes: dict[str, Any] = {}
             if config != actor.record.config:
@@ -696,6 +716,7 @@ class AgentCore:
 
     async def reset_session(self, ctx: CallContext, session_id: str, reason: str) -> SessionView:
         check_session_id(session_id)
+        check_token("reason", reason)
         async with self.registry.use(ctx.tenant, session_id) as actor, actor.lock:
             await actor.stop_run(RunReason.SESSION_RESET)
             await actor.reset(reason or "manual")
@@ -737,7 +758,7 @@ class AgentCore:
     ) -> tuple[list[TranscriptEntry], str]:
         check_session_id(session_id)
         if page_size < 0:
-            raise ServiceError(ErrorCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", "page_size: must not be negative")
+            raise invalid_argument("page_size", "must not be negative")
         if (
             self.registry.peek(ctx.tenant, session_id) is None
             and await self.store.get_session(ctx.tenant, session_id) is None

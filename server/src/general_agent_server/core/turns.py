@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from general_agent_server.core.actor import ActiveRun, Resolution, SessionActor, TurnRequest, payload_hash
 from general_agent_server.core.content import ContentPart
-from general_agent_server.core.errors import ErrorCode, ServiceError
+from general_agent_server.core.errors import ErrorCode, ServiceError, invalid_argument, quoted
 from general_agent_server.core.events import MessageInjected, RunFinished, RunReason, RunTrigger, SequencedEvent
 from general_agent_server.core.model import Credential
 from general_agent_server.core.runs import CallResult, ResolvedBy, RunRecord
 from general_agent_server.core.session import SessionState
-from general_agent_server.core.validation import check_session_id, check_turn_input
+from general_agent_server.core.validation import check_sequence, check_session_id, check_token, check_turn_input
 
 if TYPE_CHECKING:
     from general_agent_server.core.service import AgentCore, CallContext, Idempotency
@@ -189,10 +189,10 @@ class TurnOps:
         self, actor: SessionActor, run: RunRecord, idem: Idempotency
     ) -> AsyncIterator[SequencedEvent]:
         if run.body_hash != idem.body_hash:
-            raise ServiceError(
-                ErrorCode.INVALID_ARGUMENT,
-                "REQUEST_ID_REUSED",
-                f"request_id {idem.request_id!r} was already used with a different turn",
+            raise invalid_argument(
+                "request_id",
+                f"{quoted(idem.request_id)} was already used with a different turn",
+                reason="REQUEST_ID_REUSED",
                 metadata={"request_id": idem.request_id, "run_id": run.run_id},
             )
         async for event in self.events_after(actor, run.first_sequence - 1):
@@ -215,8 +215,7 @@ class TurnOps:
         """Resolves one pending hosted call; yields its tool_result/tool_error and what follows up to the
         next run_finished. An identical retry replays that submit's events from the log."""
         check_session_id(session_id)
-        if not call_id:
-            raise ServiceError(ErrorCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", "call_id: is required")
+        check_token("call_id", call_id, required=True)
         self._core.check_serving()
         async with self._registry.use(ctx.tenant, session_id) as actor:
             subscriber = actor.subscribe()
@@ -293,6 +292,7 @@ class TurnOps:
         self, ctx: CallContext, session_id: str, after_sequence: int | None
     ) -> AsyncIterator[SequencedEvent]:
         check_session_id(session_id)
+        check_sequence(after_sequence, "after_sequence")
         self._core.check_serving()
         async with self._registry.use(ctx.tenant, session_id) as actor:
             async for event in self.events_after(actor, after_sequence):
