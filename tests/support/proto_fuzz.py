@@ -121,7 +121,7 @@ def method_path(method: MethodDescriptor) -> str:
     return f"/{SERVICE.full_name}/{method.name}"
 
 
-def callable_for(channel: grpc.aio.Channel, method: MethodDescriptor, *, raw: bool = False) -> Any:
+def callable_for(channel: grpc.aio.Channel | grpc.Channel, method: MethodDescriptor, *, raw: bool = False) -> Any:
     """A generic multi-callable for `method` (requests as bytes when `raw`)."""
     request = None if raw else message_class(method.input_type).SerializeToString
     response = message_class(method.output_type).FromString

@@ -435,7 +435,7 @@ def registration_from_proto(
     bindings = []
     for index, binding in enumerate(registration.hooks):
         if binding.name == hook_pb2.HOOK_NAME_UNSPECIFIED:
-            raise invalid_argument(f"{field}.hooks[{index}].name", "is required")
+            raise invalid_argument(f"{field}.hooks[{index}].name", "is required", reason="INVALID_HOOK")
         bindings.append(
             HookBindingSpec(
                 name=hook_name(binding.name),
