@@ -464,7 +464,7 @@ class AgentCore:
             raise ServiceError(
                 ErrorCode.ALREADY_EXISTS,
                 "SESSION_ALREADY_EXISTS",
-                f"session {record.session_id!r} already exists",
+                f"session {quoted(record.session_id)} already exists",
                 metadata={"session_id": record.session_id},
             ) from None
 
@@ -585,7 +585,7 @@ class AgentCore:
                 # A later reset cleared the history of the runs before it: that state cannot be rebuilt.
                 raise invalid_argument(
                     "at_sequence",
-                    f"{cutoff} is before the last reset of session {source_session_id!r} (sequence "
+                    f"{cutoff} is before the last reset of session {quoted(source_session_id)} (sequence "
                     f"{max(resets)}), which cleared that history; fork at or after the reset",
                 )
             history = [m for m in source.history if m.run_id in kept_runs]
@@ -703,7 +703,7 @@ class AgentCore:
                     raise ServiceError(
                         ErrorCode.FAILED_PRECONDITION,
                         "IDENTITY_MISMATCH",
-                        f"cannot change the mode of session {session_id!r} while a run is "
+                        f"cannot change the mode of session {quoted(session_id)} while a run is "
                         f"{actor.record.state.value.lower()}",
                         metadata={"state": actor.record.state.value},
                     )
