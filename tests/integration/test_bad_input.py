@@ -312,6 +312,26 @@ NASTY: list[Any] = [
         "",
     ),
     ("EmitHook", api.EmitHookRequest(hook_name="h" * 10_000), "hook_name", "INVALID_HOOK"),
+    ("CreateSession", api.CreateSessionRequest(session=session_pb2.Session(), api_key="k" * 10_000), "api_key", ""),
+    (
+        "ResumeSession",
+        api.ResumeSessionRequest(session_id="s", overrides=session_pb2.SessionOverrides(api_key="k" * 10_000)),
+        "overrides.api_key",
+        "",
+    ),
+    (
+        "CreateSession",
+        api.CreateSessionRequest(session=session_pb2.Session(disabled_mcp_servers=[f"m{i}" for i in range(65)])),
+        "session.disabled_mcp_servers",
+        "",
+    ),
+    (
+        "CreateSession",
+        api.CreateSessionRequest(session=session_pb2.Session(allowed_tools=["read", "t" * 65])),
+        "session.allowed_tools[1]",
+        "",
+    ),
+    ("ResetSession", api.ResetSessionRequest(session_id="s", reason="r" * 10_000), "reason", ""),
 ]
 
 
@@ -328,3 +348,4 @@ async def test_nasty_requests_are_invalid_argument_naming_the_field(
     error = await call(channel, method, request_)
     assert_named(error, field, reason or "INVALID_ARGUMENT")
     assert len(error.message) < 300, error.message  # a short prefix of any value, never the value
+    assert "kkkkk" not in error.message  # nor any part of a secret

@@ -369,6 +369,7 @@ class AgentCore:
             check_session_id(identity.session_id, "session.identity.session_id")
         limits = self.settings.input_limits
         check_session_key(identity.session_key, "session.identity.session_key", limits)
+        check_token("api_key", api_key)
         check_config(
             config,
             known_profile=self.credentials.has_profile(config.auth_profile_id),
@@ -567,6 +568,7 @@ class AgentCore:
             check_session_id(identity.session_id, "identity.session_id")
         check_session_key(identity.session_key, "identity.session_key", self.settings.input_limits)
         check_sequence(at_sequence, "at_sequence")
+        check_token("overrides.api_key", overrides.api_key)
         self.check_serving()
         replay = await self._replayed(ctx, "ForkSession", idem)
         if replay is not None:
@@ -687,6 +689,7 @@ class AgentCore:
         *,
         identity: SessionIdentity | None,
     ) -> SessionView:
+        check_token("overrides.api_key", overrides.api_key)
         async with self.registry.use(ctx.tenant, session_id) as actor, actor.lock:
             config = overrides.apply(actor.record.config)
             check_config(

@@ -22,6 +22,9 @@ _LABEL_KEY = re.compile(r"^[a-z0-9][a-z0-9_.\-/]*$")
 _MODEL_REF = re.compile(r"^(anthropic/)?[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 # Identifiers a host chooses that are not file names (request ids, memory ids, tool call ids).
 MAX_TOKEN_CHARS = 256
+# Names of tools and MCP servers a session lists.
+MAX_NAME_CHARS = 64
+MAX_MCP_SERVERS = 64
 KIB = 1024
 
 
@@ -131,9 +134,11 @@ def check_config(
     check_labels(config.labels, f"{field_prefix}.labels", limits)
     check_session_limits(config.limits, f"{field_prefix}.limits")
     check_size(f"{field_prefix}.allowed_tools", len(config.allowed_tools), "tools", limits, "max_allowed_tools")
-    for index, name in enumerate(config.allowed_tools):
-        if len(name) > 64:
-            raise invalid_argument(f"{field_prefix}.allowed_tools[{index}]", "is longer than 64 characters")
+    _check_names(f"{field_prefix}.allowed_tools", config.allowed_tools)
+    # Kept with the config although MCP is not served yet (mcp_servers itself is refused below).
+    if len(config.disabled_mcp_servers) > MAX_MCP_SERVERS:
+        raise invalid_argument(f"{field_prefix}.disabled_mcp_servers", f"at most {MAX_MCP_SERVERS} servers")
+    _check_names(f"{field_prefix}.disabled_mcp_servers", config.disabled_mcp_servers)
     for name in ("user_id", "agent_id"):
         check_token(f"{field_prefix}.memory.{name}", getattr(config.memory, name))
     check_hosted_tools(
@@ -141,6 +146,12 @@ def check_config(
     )
     if config.mcp_servers:
         raise not_implemented("mcp", f"{field_prefix}.mcp_servers")
+
+
+def _check_names(field_path: str, names: Sequence[str]) -> None:
+    for index, name in enumerate(names):
+        if len(name) > MAX_NAME_CHARS:
+            raise invalid_argument(f"{field_path}[{index}]", f"is longer than {MAX_NAME_CHARS} characters")
 
 
 def check_labels(labels: Mapping[str, str], field_path: str, limits: InputLimits = DEFAULT_LIMITS) -> None:
