@@ -167,6 +167,16 @@ async def test_a_corrupt_later_run_session_message_is_a_rejected_command(channel
     ]
 
 
+async def test_a_refused_later_command_keeps_its_command_id(channel: grpc.aio.Channel, stub: Stub) -> None:
+    session = await create_session(stub)
+    later = api.RunSessionRequest(turn=api.RunSessionTurn(command_id="c-1", options=api.TurnOptions(busy_policy=77)))  # type: ignore[arg-type]
+    responses = await run_session(channel, session.identity.session_id, later)
+    results = [r.command_result for r in responses if r.WhichOneof("response") == "command_result"]
+    assert [(r.command_id, r.status.code, violations(r.status)) for r in results] == [
+        ("c-1", grpc.StatusCode.INVALID_ARGUMENT.value[0], ["turn.options.busy_policy"])
+    ]
+
+
 def nan_struct() -> struct_pb2.Struct:
     out = struct_pb2.Struct()
     out.update({"a": {"b": [1, float("nan")]}})

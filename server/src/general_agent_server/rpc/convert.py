@@ -525,7 +525,7 @@ def command_from_proto(request: api.RunSessionRequest | InvalidRequest, on_disco
     """Decodes one command; a command that cannot be decoded becomes a RejectedCommand (answered with
     its error) because only protocol errors end the stream."""
     if isinstance(request, InvalidRequest):
-        return RejectedCommand(command_id="", error=request.error)
+        return RejectedCommand(command_id=_command_id(request.message), error=request.error)
     which = request.WhichOneof("command")
     command_id = ""
     try:
@@ -563,6 +563,12 @@ def command_from_proto(request: api.RunSessionRequest | InvalidRequest, on_disco
         raise invalid_argument("command", "empty RunSession message")
     except ServiceError as error:
         return RejectedCommand(command_id=command_id, error=error)
+
+
+def _command_id(request: Message | None) -> str:
+    """The command id of a RunSession message, when it could be decoded."""
+    which = request.WhichOneof("command") if isinstance(request, api.RunSessionRequest) else None
+    return str(getattr(getattr(request, which), "command_id", "")) if which else ""
 
 
 def run_output_to_proto(output: Output) -> api.RunSessionResponse:

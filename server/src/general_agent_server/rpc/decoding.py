@@ -49,9 +49,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class InvalidRequest:
-    """What decoding returns for a request it refuses; the handler answers with `error`."""
+    """What decoding returns for a request it refuses; the handler answers with `error`. `message` is
+    the decoded request when only the checks refused it (a RunSession command_result echoes its id)."""
 
     error: ServiceError
+    message: Message | None = None
 
 
 def decode_request(message_class: type[Message], data: bytes) -> Message | InvalidRequest:
@@ -62,7 +64,7 @@ def decode_request(message_class: type[Message], data: bytes) -> Message | Inval
     try:
         check_request(message)
     except ServiceError as error:
-        return InvalidRequest(error)
+        return InvalidRequest(error, message)
     return message
 
 
