@@ -37,9 +37,11 @@ class DecodedError:
     retry_delay: float | None = None
 
 
-def decode_error(error: grpc.aio.AioRpcError) -> DecodedError:
-    decoded = DecodedError(code=error.code(), message=error.details() or "")
-    for key, value in error.trailing_metadata() or ():
+def decode_error(error: grpc.RpcError) -> DecodedError:
+    """Of an aio or a blocking call's error (both carry code, details and trailing metadata)."""
+    failed: Any = error
+    decoded = DecodedError(code=failed.code(), message=failed.details() or "")
+    for key, value in failed.trailing_metadata() or ():
         if key == "grpc-status-details-bin":
             status = status_pb2.Status.FromString(value)
             for detail in status.details:

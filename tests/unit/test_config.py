@@ -88,3 +88,29 @@ def test_firecrawl_key_from_the_environment_only() -> None:
         load_settings(None, {"GENERAL_AGENT_WEB_FETCH_FIRECRAWL_BASE_URL": "api.firecrawl.dev"})
     with pytest.raises(ConfigError, match="web_fetch_firecrawl_timeout_seconds"):
         load_settings(None, {"GENERAL_AGENT_WEB_FETCH_FIRECRAWL_TIMEOUT_SECONDS": "-1"})
+
+
+def test_input_limits_flow_from_flags_env_and_file_to_the_core(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("max_labels = 5\nmax_hosted_tools = 6\n")
+    env = {"GENERAL_AGENT_MAX_SYSTEM_PROMPT_BYTES": "2048", "GENERAL_AGENT_MAX_HOSTED_TOOLS": "7"}
+    settings = load_settings(parse("--config", str(config), "--max-hook-registrations", "3"), env)
+    limits = settings.core().input_limits
+    assert (limits.max_labels, limits.max_hosted_tools, limits.max_system_prompt_bytes) == (5, 7, 2048)
+    assert limits.max_hook_registrations == 3
+    defaults = load_settings(None, {}).core().input_limits
+    assert (defaults.max_system_prompt_bytes, defaults.max_hosted_tool_schema_bytes) == (256 * 1024, 64 * 1024)
+    with pytest.raises(ConfigError, match="max_label_value_chars: must be positive"):
+        load_settings(None, {"GENERAL_AGENT_MAX_LABEL_VALUE_CHARS": "0"})
+    # Server-wide hosted tools from the file are held to the configured limits too.
+    tools = tmp_path / "tools.toml"
+    tools.write_text('max_hosted_tool_description_bytes = 4\n[[hosted_tools]]\nname = "t"\ndescription = "long"\n')
+    assert load_settings(parse("--config", str(tools)), {}).hosted_tools[0].description == "long"
+    tools.write_text('max_hosted_tool_description_bytes = 3\n[[hosted_tools]]\nname = "t"\ndescription = "long"\n')
+    with pytest.raises(ConfigError, match="max_hosted_tool_description_bytes"):
+        load_settings(parse("--config", str(tools)), {})
+
+
+def test_the_readme_configuration_table_is_the_settings_table() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert settings_table_markdown() in readme

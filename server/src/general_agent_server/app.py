@@ -13,13 +13,14 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from general_agent.v1 import agent_service_pb2, agent_service_pb2_grpc
+from general_agent.v1 import agent_service_pb2
 from general_agent_server.config import ServerSettings
 from general_agent_server.core.credentials import CredentialResolver
 from general_agent_server.core.event_log import EventLog
 from general_agent_server.core.service import AgentCore
 from general_agent_server.core.transcript_export import TranscriptExporter
 from general_agent_server.providers.anthropic_model import AnthropicModelClient
+from general_agent_server.rpc.handlers import add_service
 from general_agent_server.rpc.hook_client import GrpcHookDialer
 from general_agent_server.rpc.interceptors import RequestContextInterceptor
 from general_agent_server.rpc.reflection import enable_server_reflection
@@ -29,7 +30,8 @@ from general_agent_server.tools.catalog import builtin_catalog
 
 logger = logging.getLogger(__name__)
 
-SERVICE_NAME = agent_service_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
+SERVICE = agent_service_pb2.DESCRIPTOR.services_by_name["AgentService"]
+SERVICE_NAME = SERVICE.full_name
 
 
 @dataclass
@@ -87,7 +89,9 @@ async def start_server(settings: ServerSettings) -> RunningServer:
             ("grpc.keepalive_permit_without_calls", 1),
         ],
     )
-    agent_service_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(core), server)
+    # Not the generated add_AgentServiceServicer_to_server: requests are decoded by rpc/decoding.py, which
+    # answers undecodable or invalid requests INVALID_ARGUMENT instead of grpc's UNKNOWN.
+    add_service(AgentServicer(core), SERVICE, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     enable_server_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name), server)

@@ -21,7 +21,7 @@ from general_agent_server.core.redaction import register_secret
 from general_agent_server.core.session import HostedToolDefinition
 from general_agent_server.core.settings import CoreSettings
 from general_agent_server.core.tools import ToolLimits
-from general_agent_server.core.validation import check_hosted_tools
+from general_agent_server.core.validation import InputLimits, check_hosted_tools
 from general_agent_server.tools.command_user import CommandUserError, command_user
 
 MIB = 1024 * 1024
@@ -46,6 +46,20 @@ class Setting:
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
+
+INPUT_LIMIT_HELP = {
+    "max_system_prompt_bytes": "Largest system prompt of a session, bytes (UTF-8).",
+    "max_hosted_tools": "Hosted tools one session may define.",
+    "max_hosted_tool_schema_bytes": "Largest input schema of one hosted tool, bytes of compact JSON.",
+    "max_hosted_tool_description_bytes": "Largest description of one hosted tool, bytes.",
+    "max_labels": "Labels one session may carry.",
+    "max_label_key_chars": "Longest label key, characters.",
+    "max_label_value_chars": "Longest label value, characters.",
+    "max_allowed_tools": "Entries of a session's allowed_tools.",
+    "max_session_key_chars": "Longest session_key, characters.",
+    "max_hook_registrations": "Hook registrations per scope (one session, or a tenant's server-wide ones).",
+    "max_hook_tls_pem_bytes": "Largest PEM (CA, client certificate or key) of a hook target's TLS, bytes.",
+}
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -100,6 +114,11 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(name="max_image_bytes", kind=int, default=5 * MIB, help="Largest image part, bytes."),
     Setting(name="max_message_bytes", kind=int, default=20 * MIB, help="Largest user message, bytes."),
+    # Bounds on what requests can make the server keep per session; defaults from InputLimits.
+    *(
+        Setting(name=name, kind=int, default=getattr(InputLimits(), name), help=text)
+        for name, text in INPUT_LIMIT_HELP.items()
+    ),
     Setting(
         name="subscriber_buffer",
         kind=int,
@@ -337,6 +356,8 @@ class ServerSettings:
     auth_profiles: Mapping[str, AuthProfile] = field(default_factory=dict, repr=False)
     tenant_default_profiles: Mapping[str, str] = field(default_factory=dict)
     hosted_tools: tuple[HostedToolDefinition, ...] = ()
+    # The max_* settings of INPUT_LIMIT_HELP, gathered.
+    input_limits: InputLimits = field(default_factory=InputLimits)
     brave_api_key: str = field(default="", repr=False)
     firecrawl_api_key: str = field(default="", repr=False)
 
@@ -369,6 +390,7 @@ class ServerSettings:
             hook_max_payload_bytes=self.hook_max_payload_bytes,
             plugin_mode=PluginMode(self.plugin_mode.upper().replace("-", "_")),
             enabled_plugin_ids=normalise_plugin_ids(self.enabled_plugin_ids.split(",")),
+            input_limits=self.input_limits,
         )
 
     def host_list(self, value: str) -> frozenset[str]:
@@ -429,12 +451,14 @@ def load_settings(args: argparse.Namespace | None, environ: Mapping[str, str]) -
         if flag_value is not None:
             value = _coerce(setting, flag_value, setting.flag)
         values[setting.name] = value
+    limits = InputLimits(**{name: values.pop(name) for name in INPUT_LIMIT_HELP})
     settings = ServerSettings(
         **values,
+        input_limits=limits,
         default_profile=_default_profile(values["anthropic_api_key_file"], environ),
         auth_profiles=_profiles(file_values.get("auth_profiles", {}), environ),
         tenant_default_profiles=dict(file_values.get("tenant_default_profiles", {})),
-        hosted_tools=_hosted_tools(file_values.get("hosted_tools", [])),
+        hosted_tools=_hosted_tools(file_values.get("hosted_tools", []), limits),
         brave_api_key=register_secret(environ.get("BRAVE_API_KEY") or environ.get("BRAVE_SEARCH_API_KEY") or ""),
         firecrawl_api_key=register_secret(environ.get("FIRECRAWL_API_KEY", "").strip()),
     )
@@ -494,7 +518,7 @@ def _profiles(raw: Any, environ: Mapping[str, str]) -> dict[str, AuthProfile]:
     return profiles
 
 
-def _hosted_tools(raw: Any) -> tuple[HostedToolDefinition, ...]:
+def _hosted_tools(raw: Any, limits: InputLimits) -> tuple[HostedToolDefinition, ...]:
     """Server-wide hosted tools from the TOML file: [[hosted_tools]] name, description, input_schema,
     timeout_seconds."""
     if not isinstance(raw, list):
@@ -513,7 +537,7 @@ def _hosted_tools(raw: Any) -> tuple[HostedToolDefinition, ...]:
             )
         )
     try:
-        check_hosted_tools(tools, field="hosted_tools")
+        check_hosted_tools(tools, field="hosted_tools", limits=limits)
     except ServiceError as exc:
         raise ConfigError(exc.message) from None
     return tuple(tools)
@@ -549,6 +573,9 @@ def _validate(settings: ServerSettings) -> None:
     ):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{name}: must be positive")
+    for name in INPUT_LIMIT_HELP:
+        if getattr(settings.input_limits, name) <= 0:
+            raise ConfigError(f"{name}: must be positive")
     if settings.plugin_mode.upper().replace("-", "_") not in PluginMode.__members__:
         raise ConfigError(f"plugin_mode: expected DISABLED, ALLOWLISTED or FULL_EMBEDDED, got {settings.plugin_mode!r}")
     if settings.workspace_mode not in ("per_session", "shared"):
@@ -582,4 +609,5 @@ def settings_table_markdown() -> str:
     return "\n".join(rows)
 
 
-assert {f.name for f in fields(ServerSettings)} >= {s.name for s in SETTINGS}
+assert {f.name for f in fields(ServerSettings)} | set(INPUT_LIMIT_HELP) >= {s.name for s in SETTINGS}
+assert set(INPUT_LIMIT_HELP) == {f.name for f in fields(InputLimits)}

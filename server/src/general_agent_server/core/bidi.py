@@ -19,7 +19,7 @@ from general_agent_server.core.events import RunFinished, RunReason, SequencedEv
 from general_agent_server.core.runs import CallResult
 from general_agent_server.core.session import SessionState
 from general_agent_server.core.turns import OnDisconnect, TurnOptions
-from general_agent_server.core.validation import check_session_id
+from general_agent_server.core.validation import check_sequence, check_session_id
 
 if TYPE_CHECKING:
     from general_agent_server.core.idempotency import Idempotency
@@ -149,6 +149,7 @@ class RunSessionStream:
     async def run(self, commands: AsyncIterator[Command]) -> AsyncIterator[Output]:
         attach = self._attach
         check_session_id(attach.session_id, "attach.session_id")
+        check_sequence(attach.after_sequence, "attach.after_sequence")
         self._core.check_serving()
         async with self._core.registry.use(self._ctx.tenant, attach.session_id) as actor:
             subscribed = asyncio.Event()

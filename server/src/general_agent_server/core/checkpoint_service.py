@@ -9,7 +9,7 @@ from pathlib import Path
 from general_agent_server.core.checkpoints import CheckpointInfo, CheckpointRecorder, RestoreResult
 from general_agent_server.core.errors import invalid_argument, session_not_found
 from general_agent_server.core.paging import decode_token, encode_token, filters_digest, invalid_token
-from general_agent_server.core.validation import check_session_id
+from general_agent_server.core.validation import check_session_id, check_token
 from general_agent_server.store.port import SessionStore
 
 DEFAULT_PAGE_SIZE = 100
@@ -52,8 +52,7 @@ class CheckpointService:
     ) -> RestoreResult:
         """Rewinds the workspace to before `checkpoint_id` (it and every newer checkpoint are undone and
         removed). Errors: SESSION_NOT_FOUND, CHECKPOINT_NOT_FOUND."""
-        if not checkpoint_id:
-            raise invalid_argument("checkpoint_id", "is required")
+        check_token("checkpoint_id", checkpoint_id, required=True)
         await self._require_session(tenant, session_id)
         return await self._recorder.restore(tenant, session_id, checkpoint_id, workspace)
 

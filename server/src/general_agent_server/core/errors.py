@@ -59,6 +59,9 @@ class ServiceError(Exception):
         field_violations: tuple[FieldViolation, ...] = (),
         retry_after_seconds: float | None = None,
     ) -> None:
+        if code is ErrorCode.INVALID_ARGUMENT and not field_violations:
+            # Every rejection of input names its field: invalid_argument() is the way to build one.
+            raise ValueError(f"an INVALID_ARGUMENT error needs a field violation: {message}")
         super().__init__(message)
         self.code = code
         self.reason = reason
@@ -71,21 +74,45 @@ class ServiceError(Exception):
         return ErrorDetail(code=self.code, reason=self.reason, message=self.message, metadata=self.metadata)
 
 
-def invalid_argument(field_path: str, description: str) -> ServiceError:
-    """A validation error naming the offending field."""
+def invalid_argument(
+    field_path: str,
+    description: str,
+    *,
+    reason: str = "INVALID_ARGUMENT",
+    metadata: Mapping[str, str] | None = None,
+) -> ServiceError:
+    """A validation error naming the offending field (the only way to build an INVALID_ARGUMENT error).
+    A description that mentions a value the client sent quotes it with `quoted`."""
     return ServiceError(
         ErrorCode.INVALID_ARGUMENT,
-        "INVALID_ARGUMENT",
+        reason,
         f"{field_path}: {description}",
+        metadata=metadata,
         field_violations=(FieldViolation(field_path, description),),
     )
+
+
+QUOTE_CHARS = 48
+
+
+def quoted(value: str, limit: int = QUOTE_CHARS) -> str:
+    """A client value as error messages show it: quoted, escaped, and cut to a short prefix, so that an
+    error never echoes a large value back (status trailers have a size limit clients enforce)."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}… ({len(value)} characters)"
+
+
+def clipped(value: str, limit: int = QUOTE_CHARS) -> str:
+    """A client value cut to a short prefix without quotes, for field paths (map keys) and metadata."""
+    return value if len(value) <= limit else value[:limit] + "…"
 
 
 def session_not_found(session_id: str) -> ServiceError:
     return ServiceError(
         ErrorCode.NOT_FOUND,
         "SESSION_NOT_FOUND",
-        f"session {session_id!r} not found",
+        f"session {quoted(session_id)} not found",
         metadata={"session_id": session_id},
     )
 

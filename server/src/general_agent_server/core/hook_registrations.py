@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from general_agent_server.core.errors import ServiceError, invalid_argument
+from general_agent_server.core.errors import ServiceError, invalid_argument, quoted
 from general_agent_server.core.hook_payloads import DEFAULT_MAX_PAYLOAD_BYTES, IncludeMessages, MessageSelection
 from general_agent_server.core.hooks import HOOK_KINDS, FailurePolicy, HandlerFn, HookHandler
-from general_agent_server.core.validation import check_id
+from general_agent_server.core.validation import DEFAULT_LIMITS, InputLimits, check_id, over_limit
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -54,35 +54,47 @@ class HookDialer(Protocol):
     async def close(self) -> None: ...
 
 
-def check_registration(spec: HookRegistrationSpec, field: str = "registration") -> None:
+def check_registration(
+    spec: HookRegistrationSpec, field: str = "registration", limits: InputLimits = DEFAULT_LIMITS
+) -> None:
     try:
         check_id(f"{field}.plugin_id", spec.plugin_id)
     except ServiceError as exc:
         raise _invalid_hook(exc.field_violations[0].field, exc.field_violations[0].description) from None
     host, sep, port = spec.target.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    if not sep or not host or not port.isdigit() or len(spec.target) > 512:
         raise _invalid_hook(f"{field}.target.address", "expected HOST:PORT")
     if not spec.bindings:
         raise _invalid_hook(f"{field}.hooks", "register at least one hook")
     seen: set[str] = set()
     for index, binding in enumerate(spec.bindings):
         if binding.name not in HOOK_KINDS:
-            raise _invalid_hook(f"{field}.hooks[{index}].name", f"unknown hook {binding.name!r}")
+            raise _invalid_hook(f"{field}.hooks[{index}].name", f"unknown hook {quoted(binding.name)}")
         if binding.name in seen:
-            raise _invalid_hook(f"{field}.hooks[{index}].name", f"hook {binding.name!r} listed twice")
+            raise _invalid_hook(f"{field}.hooks[{index}].name", f"hook {quoted(binding.name)} listed twice")
         seen.add(binding.name)
         if binding.timeout_seconds is not None and binding.timeout_seconds <= 0:
             raise _invalid_hook(f"{field}.hooks[{index}].timeout", "must be positive")
         if binding.include_messages is IncludeMessages.LAST_N and binding.last_n <= 0:
             raise _invalid_hook(f"{field}.hooks[{index}].last_n", "must be positive with include_messages LAST_N")
-    if spec.tls is not None and bool(spec.tls.client_cert_pem) != bool(spec.tls.client_key_pem):
-        raise _invalid_hook(f"{field}.target.tls", "client_cert_pem and client_key_pem go together")
+    if spec.tls is not None:
+        _check_tls(spec.tls, f"{field}.target.tls", limits)
+
+
+def _check_tls(tls: HookTlsSpec, field: str, limits: InputLimits) -> None:
+    if bool(tls.client_cert_pem) != bool(tls.client_key_pem):
+        raise _invalid_hook(field, "client_cert_pem and client_key_pem go together")
+    if len(tls.server_name_override) > 253:
+        raise _invalid_hook(f"{field}.server_name_override", "is longer than a host name can be (253 characters)")
+    limit = limits.max_hook_tls_pem_bytes
+    for name in ("ca_cert_pem", "client_cert_pem", "client_key_pem"):
+        size = len(getattr(tls, name).encode())
+        if size > limit:
+            raise over_limit(f"{field}.{name}", size, "bytes", "max_hook_tls_pem_bytes", limit, reason="INVALID_HOOK")
 
 
 def _invalid_hook(field_path: str, description: str) -> ServiceError:
-    error = invalid_argument(field_path, description)
-    error.reason = "INVALID_HOOK"
-    return error
+    return invalid_argument(field_path, description, reason="INVALID_HOOK")
 
 
 def handlers_for(

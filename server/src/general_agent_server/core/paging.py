@@ -8,7 +8,7 @@ import hashlib
 import json
 from typing import Any
 
-from general_agent_server.core.errors import ErrorCode, ServiceError
+from general_agent_server.core.errors import ServiceError, invalid_argument
 
 
 def filters_digest(filters: Any) -> str:
@@ -21,7 +21,7 @@ def encode_token(position: dict[str, Any], digest: str) -> str:
 
 
 def invalid_token(why: str) -> ServiceError:
-    return ServiceError(ErrorCode.INVALID_ARGUMENT, "INVALID_PAGE_TOKEN", f"page_token: {why}")
+    return invalid_argument("page_token", why, reason="INVALID_PAGE_TOKEN")
 
 
 def decode_token(token: str, digest: str) -> dict[str, Any]:

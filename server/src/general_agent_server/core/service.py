@@ -23,6 +23,7 @@ from general_agent_server.core.errors import (
     ServiceError,
     invalid_argument,
     not_implemented,
+    quoted,
     session_not_found,
 )
 from general_agent_server.core.event_log import EventLog
@@ -59,7 +60,14 @@ from general_agent_server.core.tools import ToolCatalog
 from general_agent_server.core.transcript import SessionResetEntry, TranscriptEntry
 from general_agent_server.core.transcript_export import TranscriptExporter
 from general_agent_server.core.turns import TurnOps
-from general_agent_server.core.validation import check_config, check_session_id
+from general_agent_server.core.validation import (
+    check_config,
+    check_sequence,
+    check_session_id,
+    check_session_key,
+    check_size,
+    check_token,
+)
 from general_agent_server.store.port import (
     ListCursor,
     SessionExistsError,
@@ -231,10 +239,15 @@ class AgentCore:
         return self.hook_dialer
 
     async def register_hooks(self, ctx: CallContext, spec: HookRegistrationSpec) -> HookRegistrationSpec:
-        check_registration(spec)
+        limits = self.settings.input_limits
+        check_registration(spec, limits=limits)
         if spec.session_id:
             await self.get_session(ctx, spec.session_id)
         await self._check_hook_target(ctx, spec, "registration.target.address")
+        # Registrations live in memory for as long as the server runs: their number per scope is bounded.
+        scope = await self.session_registrations(ctx.tenant, spec.session_id)
+        count = 1 + sum(1 for s in scope if s.plugin_id != spec.plugin_id)
+        check_size("registration", count, "registrations in its scope", limits, "max_hook_registrations")
         return await self._add_registration(ctx.tenant, spec)
 
     async def _check_hook_target(self, ctx: CallContext, spec: HookRegistrationSpec, field: str) -> None:
@@ -245,9 +258,7 @@ class AgentCore:
         try:
             await check_host(host, self.settings.ssrf_allow_hosts)
         except SsrfBlocked as blocked:
-            error = invalid_argument(field, f"hook target refused: {blocked.reason}")
-            error.reason = "INVALID_HOOK"
-            raise error from None
+            raise invalid_argument(field, f"hook target refused: {blocked.reason}", reason="INVALID_HOOK") from None
 
     @staticmethod
     def _registration_to_store(
@@ -300,9 +311,7 @@ class AgentCore:
     ) -> HookOutcome:
         """Runs any hook with the runner's merge rules (spec 7, EmitHook)."""
         if hook not in HOOK_NAMES:
-            error = invalid_argument("hook_name", f"unknown hook {hook!r}")
-            error.reason = "INVALID_HOOK"
-            raise error
+            raise invalid_argument("hook_name", f"unknown hook {quoted(hook)}", reason="INVALID_HOOK")
         if session_id:
             await self.get_session(ctx, session_id)
         try:
@@ -336,19 +345,26 @@ class AgentCore:
             return await self.get_session(ctx, str(replay["session_id"]))
         if identity.session_id:
             check_session_id(identity.session_id, "session.identity.session_id")
+        limits = self.settings.input_limits
+        check_session_key(identity.session_key, "session.identity.session_key", limits)
+        check_token("api_key", api_key)
         check_config(
             config,
             known_profile=self.credentials.has_profile(config.auth_profile_id),
             global_hosted_names=self.global_hosted_names,
+            limits=limits,
         )
         if hook_registrations:
             self._dialer()
+        check_size(
+            "session.hook_registrations", len(hook_registrations), "registrations", limits, "max_hook_registrations"
+        )
         seen_plugins: set[str] = set()
         for index, registration in enumerate(hook_registrations):
             where = f"session.hook_registrations[{index}]"
-            check_registration(registration, where)
+            check_registration(registration, where, limits)
             if registration.plugin_id in seen_plugins:
-                raise invalid_argument(f"{where}.plugin_id", f"plugin {registration.plugin_id!r} listed twice")
+                raise invalid_argument(f"{where}.plugin_id", f"plugin {quoted(registration.plugin_id)} listed twice")
             seen_plugins.add(registration.plugin_id)
             await self._check_hook_target(ctx, registration, f"{where}.target.address")
         session_id = identity.session_id or str(uuid.uuid4())
@@ -427,7 +443,7 @@ class AgentCore:
             raise ServiceError(
                 ErrorCode.ALREADY_EXISTS,
                 "SESSION_ALREADY_EXISTS",
-                f"session {record.session_id!r} already exists",
+                f"session {quoted(record.session_id)} already exists",
                 metadata={"session_id": record.session_id},
             ) from None
 
@@ -443,7 +459,7 @@ class AgentCore:
         self, ctx: CallContext, query: SessionQuery, *, page_size: int, page_token: str
     ) -> tuple[list[SessionView], str]:
         if page_size < 0:
-            raise ServiceError(ErrorCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", "page_size: must not be negative")
+            raise invalid_argument("page_size", "must not be negative")
         limit = min(page_size or 50, 1000)
         digest = filters_digest(
             {
@@ -537,6 +553,9 @@ class AgentCore:
         check_session_id(source_session_id, "source_session_id")
         if identity.session_id:
             check_session_id(identity.session_id, "identity.session_id")
+        check_session_key(identity.session_key, "identity.session_key", self.settings.input_limits)
+        check_sequence(at_sequence, "at_sequence")
+        check_token("overrides.api_key", overrides.api_key)
         self.check_serving()
         replay = await self.idempotency.replay(ctx.tenant, "ForkSession", idem)
         if replay is not None:
@@ -555,7 +574,7 @@ class AgentCore:
                 # A later reset cleared the history of the runs before it: that state cannot be rebuilt.
                 raise invalid_argument(
                     "at_sequence",
-                    f"{cutoff} is before the last reset of session {source_session_id!r} (sequence "
+                    f"{cutoff} is before the last reset of session {quoted(source_session_id)} (sequence "
                     f"{max(resets)}), which cleared that history; fork at or after the reset",
                 )
             history = [m for m in source.history if m.run_id in kept_runs]
@@ -566,6 +585,7 @@ class AgentCore:
             known_profile=self.credentials.has_profile(config.auth_profile_id),
             field_prefix="overrides",
             global_hosted_names=self.global_hosted_names,
+            limits=self.settings.input_limits,
         )
         session_id = identity.session_id or str(uuid.uuid4())
         now = utcnow()
@@ -645,6 +665,7 @@ class AgentCore:
         idem: Idempotency | None = None,
     ) -> SessionView:
         check_session_id(identity.session_id, "identity.session_id")
+        check_session_key(identity.session_key, "identity.session_key", self.settings.input_limits)
         return await self._apply_overrides(
             ctx, identity.session_id, overrides, identity=identity, rpc="ContinueSession", idem=idem
         )
@@ -659,6 +680,7 @@ class AgentCore:
         rpc: str,
         idem: Idempotency | None,
     ) -> SessionView:
+        check_token("overrides.api_key", overrides.api_key)
         async with self.registry.use(ctx.tenant, session_id) as actor, actor.lock:
             if await self.idempotency.replay(ctx.tenant, rpc, idem) is not None:
                 return self.view(actor.record)
@@ -667,6 +689,7 @@ class AgentCore:
                 config,
                 known_profile=self.credentials.has_profile(config.auth_profile_id),
                 field_prefix="overrides",
+                limits=self.settings.input_limits,
             )
             changes: dict[str, Any] = {}
             if config != actor.record.config:
@@ -676,7 +699,7 @@ class AgentCore:
                     raise ServiceError(
                         ErrorCode.FAILED_PRECONDITION,
                         "IDENTITY_MISMATCH",
-                        f"cannot change the mode of session {session_id!r} while a run is "
+                        f"cannot change the mode of session {quoted(session_id)} while a run is "
                         f"{actor.record.state.value.lower()}",
                         metadata={"state": actor.record.state.value},
                     )
@@ -694,6 +717,7 @@ class AgentCore:
         self, ctx: CallContext, session_id: str, reason: str, idem: Idempotency | None = None
     ) -> SessionView:
         check_session_id(session_id)
+        check_token("reason", reason)
         async with self.registry.use(ctx.tenant, session_id) as actor, actor.lock:
             if await self.idempotency.replay(ctx.tenant, "ResetSession", idem) is not None:
                 return self.view(actor.record)
@@ -738,7 +762,7 @@ class AgentCore:
     ) -> tuple[list[TranscriptEntry], str]:
         check_session_id(session_id)
         if page_size < 0:
-            raise ServiceError(ErrorCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", "page_size: must not be negative")
+            raise invalid_argument("page_size", "must not be negative")
         if (
             self.registry.peek(ctx.tenant, session_id) is None
             and await self.store.get_session(ctx.tenant, session_id) is None

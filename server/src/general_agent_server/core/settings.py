@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from general_agent_server.core.plugins import PluginMode
+from general_agent_server.core.validation import InputLimits
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,3 +48,5 @@ class CoreSettings:
     hook_max_payload_bytes: int = 1024 * 1024
     plugin_mode: PluginMode = PluginMode.ALLOWLISTED
     enabled_plugin_ids: tuple[str, ...] = ()
+    # Bounds on what requests can make the server keep per session (system prompt, tools, labels, ...).
+    input_limits: InputLimits = field(default_factory=InputLimits)

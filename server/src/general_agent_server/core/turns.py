@@ -18,7 +18,7 @@ from general_agent_server.core.idempotency import request_id_reused
 from general_agent_server.core.model import Credential
 from general_agent_server.core.runs import CallResult, ResolvedBy, RunRecord
 from general_agent_server.core.session import SessionState
-from general_agent_server.core.validation import check_session_id, check_turn_input
+from general_agent_server.core.validation import check_sequence, check_session_id, check_token, check_turn_input
 
 if TYPE_CHECKING:
     from general_agent_server.core.idempotency import Idempotency
@@ -209,8 +209,7 @@ class TurnOps:
         """Resolves one pending hosted call; yields its tool_result/tool_error and what follows up to the
         next run_finished. An identical retry replays that submit's events from the log."""
         check_session_id(session_id)
-        if not call_id:
-            raise ServiceError(ErrorCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", "call_id: is required")
+        check_token("call_id", call_id, required=True)
         self._core.check_serving()
         async with self._registry.use(ctx.tenant, session_id) as actor:
             subscriber = actor.subscribe()
@@ -297,6 +296,7 @@ class TurnOps:
         self, ctx: CallContext, session_id: str, after_sequence: int | None
     ) -> AsyncIterator[SequencedEvent]:
         check_session_id(session_id)
+        check_sequence(after_sequence, "after_sequence")
         self._core.check_serving()
         async with self._registry.use(ctx.tenant, session_id) as actor:
             async for event in self.events_after(actor, after_sequence):

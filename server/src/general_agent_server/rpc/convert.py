@@ -45,6 +45,7 @@ from general_agent_server.core.hook_payloads import IncludeMessages
 from general_agent_server.core.hook_registrations import HookBindingSpec, HookRegistrationSpec, HookTlsSpec
 from general_agent_server.core.hooks import FailurePolicy
 from general_agent_server.core.idempotency import Idempotency
+from general_agent_server.core.json_values import parse_json
 from general_agent_server.core.runs import CallResult
 from general_agent_server.core.service import SessionView
 from general_agent_server.core.session import (
@@ -63,6 +64,8 @@ from general_agent_server.core.session import (
     UsageSnapshot,
 )
 from general_agent_server.core.turns import BusyPolicy, OnDisconnect, TurnOptions
+from general_agent_server.core.validation import check_token
+from general_agent_server.rpc.decoding import InvalidRequest
 from general_agent_server.rpc.errors import status_from_detail, status_from_error
 from general_agent_server.store.port import SessionQuery
 
@@ -98,10 +101,11 @@ def body_hash(request: Message) -> str:
     return hashlib.sha256(copy.SerializeToString(deterministic=True)).hexdigest()
 
 
-def idempotency(request: Message) -> Idempotency | None:
+def idempotency(request: Message, field: str = "request_id") -> Idempotency | None:
     request_id = getattr(request, "request_id", "")
     if not request_id:
         return None
+    check_token(field, request_id)
     return Idempotency(request_id=request_id, body_hash=body_hash(request))
 
 
@@ -219,10 +223,7 @@ def hosted_tool_from_proto(tool: tool_pb2.HostedToolDefinition, field: str) -> H
     """`input_schema_json` wins over the Struct (Struct numbers are doubles)."""
     schema: Any
     if tool.input_schema_json:
-        try:
-            schema = json.loads(tool.input_schema_json)
-        except json.JSONDecodeError as exc:
-            raise invalid_argument(f"{field}.input_schema_json", f"is not valid JSON: {exc.msg}") from None
+        schema = parse_json(f"{field}.input_schema_json", tool.input_schema_json)
     elif tool.HasField("input_schema"):
         schema = json_format.MessageToDict(tool.input_schema)
     else:
@@ -364,9 +365,12 @@ def turn_options_from_proto(options: api.TurnOptions, field: str = "options") ->
     return TurnOptions(busy_policy=policy, on_disconnect=on_disconnect_from_proto(options.on_disconnect))
 
 
-def hosted_result_from_proto(request: api.SubmitHostedToolResultRequest | api.RunSessionHostedResult) -> CallResult:
+def hosted_result_from_proto(
+    request: api.SubmitHostedToolResultRequest | api.RunSessionHostedResult, prefix: str = ""
+) -> CallResult:
     """Spec 6: a string output becomes the tool text, anything else its JSON (output_json preferred);
-    details default to the output; an error submit is is_error for the model."""
+    details default to the output; an error submit is is_error for the model. Values arrive checked
+    (rpc/decoding.py): finite numbers, bounded depth."""
     which = request.WhichOneof("result")
     details = json_format.MessageToJson(request.details, indent=None) if request.HasField("details") else ""
     if which == "error":
@@ -374,10 +378,7 @@ def hosted_result_from_proto(request: api.SubmitHostedToolResultRequest | api.Ru
             content=(TextPart(text=request.error or "hosted tool failed"),), details_json=details, is_error=True
         )
     if which == "output_json":
-        try:
-            value = json.loads(request.output_json)
-        except json.JSONDecodeError as exc:
-            raise invalid_argument("output_json", f"is not valid JSON: {exc.msg}") from None
+        value = parse_json(f"{prefix}output_json", request.output_json)
         text = value if isinstance(value, str) else request.output_json
         return CallResult(content=(TextPart(text=text),), details_json=details or request.output_json)
     if which == "output":
@@ -385,7 +386,7 @@ def hosted_result_from_proto(request: api.SubmitHostedToolResultRequest | api.Ru
         value = json.loads(value_json)
         text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
         return CallResult(content=(TextPart(text=text),), details_json=details or value_json)
-    raise invalid_argument("result", "set one of output, output_json or error")
+    raise invalid_argument(f"{prefix}result", "set one of output, output_json or error")
 
 
 # ---------------------------------------------------------------------- checkpoints
@@ -435,7 +436,7 @@ def registration_from_proto(
     bindings = []
     for index, binding in enumerate(registration.hooks):
         if binding.name == hook_pb2.HOOK_NAME_UNSPECIFIED:
-            raise invalid_argument(f"{field}.hooks[{index}].name", "is required")
+            raise invalid_argument(f"{field}.hooks[{index}].name", "is required", reason="INVALID_HOOK")
         bindings.append(
             HookBindingSpec(
                 name=hook_name(binding.name),
@@ -508,7 +509,9 @@ def struct_from_dict(value: dict[str, Any]) -> struct_pb2.Struct:
 # ---------------------------------------------------------------------- RunSession
 
 
-def attach_from_proto(request: api.RunSessionRequest) -> Attach:
+def attach_from_proto(request: api.RunSessionRequest | InvalidRequest) -> Attach:
+    if isinstance(request, InvalidRequest):
+        raise request.error
     if request.WhichOneof("command") != "attach":
         raise invalid_argument("attach", "the first RunSession message must be attach")
     attach = request.attach
@@ -519,9 +522,11 @@ def attach_from_proto(request: api.RunSessionRequest) -> Attach:
     )
 
 
-def command_from_proto(request: api.RunSessionRequest, on_disconnect: OnDisconnect) -> Command:
+def command_from_proto(request: api.RunSessionRequest | InvalidRequest, on_disconnect: OnDisconnect) -> Command:
     """Decodes one command; a command that cannot be decoded becomes a RejectedCommand (answered with
     its error) because only protocol errors end the stream."""
+    if isinstance(request, InvalidRequest):
+        return RejectedCommand(command_id=_command_id(request.message), error=request.error)
     which = request.WhichOneof("command")
     command_id = ""
     try:
@@ -533,14 +538,15 @@ def command_from_proto(request: api.RunSessionRequest, on_disconnect: OnDisconne
                 command_id=command_id,
                 parts=parts_from_proto(turn.input, "turn.input"),
                 options=TurnOptions(busy_policy=options.busy_policy, on_disconnect=on_disconnect),
-                idem=idempotency(turn),
+                idem=idempotency(turn, "turn.request_id"),
             )
         if which == "hosted_result":
             command_id = request.hosted_result.command_id
+            check_token("hosted_result.call_id", request.hosted_result.call_id, required=True)
             return HostedResultCommand(
                 command_id=command_id,
                 call_id=request.hosted_result.call_id,
-                result=hosted_result_from_proto(request.hosted_result),
+                result=hosted_result_from_proto(request.hosted_result, "hosted_result."),
             )
         if which == "inject":
             command_id = request.inject.command_id
@@ -558,6 +564,12 @@ def command_from_proto(request: api.RunSessionRequest, on_disconnect: OnDisconne
         raise invalid_argument("command", "empty RunSession message")
     except ServiceError as error:
         return RejectedCommand(command_id=command_id, error=error)
+
+
+def _command_id(request: Message | None) -> str:
+    """The command id of a RunSession message, when it could be decoded."""
+    which = request.WhichOneof("command") if isinstance(request, api.RunSessionRequest) else None
+    return str(getattr(getattr(request, which), "command_id", "")) if which else ""
 
 
 def run_output_to_proto(output: Output) -> api.RunSessionResponse:

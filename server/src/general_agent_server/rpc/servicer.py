@@ -20,6 +20,7 @@ from general_agent_server.core.errors import invalid_argument, not_implemented
 from general_agent_server.core.service import AgentCore, CallContext, CallerRole, SessionView
 from general_agent_server.core.session import DEFAULT_TENANT
 from general_agent_server.rpc import convert
+from general_agent_server.rpc.decoding import InvalidRequest
 from general_agent_server.rpc.errors import abort
 from general_agent_server.rpc.interceptors import current_request_id
 
@@ -225,8 +226,10 @@ class AgentServicer(api_grpc.AgentServiceServicer):
             yield api.WatchSessionResponse(event=convert.event_to_proto(event))
 
     async def RunSession(
-        self, request_iterator: AsyncIterator[api.RunSessionRequest], context: Context
+        self, request_iterator: AsyncIterator[api.RunSessionRequest | InvalidRequest], context: Context
     ) -> AsyncIterator[api.RunSessionResponse]:
+        """Requests that rpc/decoding.py refused arrive as InvalidRequest: the first one ends the call, a
+        later one is answered with a command_result."""
         try:
             first = await anext(aiter(request_iterator), None)
             if first is None:
