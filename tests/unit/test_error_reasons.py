@@ -22,7 +22,8 @@ CODE_FROM_CONTEXT = {"PROVIDER_ERROR"}
 
 
 def _constructions() -> list[tuple[str, str, str]]:
-    """(reason, code, where) for every ServiceError/ErrorDetail built with a literal reason string."""
+    """(reason, code, where) for every ServiceError/ErrorDetail built with a literal reason string, and every
+    call of the validation helper `invalid_argument`."""
     found = []
     for path in SERVER.rglob("*.py"):
         tree = ast.parse(path.read_text(), filename=str(path))
@@ -30,9 +31,15 @@ def _constructions() -> list[tuple[str, str, str]]:
             if not isinstance(node, ast.Call):
                 continue
             name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            args = {kw.arg: kw.value for kw in node.keywords}
+            if name == "invalid_argument":
+                # The validation helper: always INVALID_ARGUMENT, reason INVALID_ARGUMENT unless it names one.
+                reason_node = args.get("reason")
+                reason_value = reason_node.value if isinstance(reason_node, ast.Constant) else "INVALID_ARGUMENT"
+                found.append((str(reason_value), "INVALID_ARGUMENT", f"{path.relative_to(SERVER)}:{node.lineno}"))
+                continue
             if name not in ("ServiceError", "ErrorDetail"):
                 continue
-            args = {kw.arg: kw.value for kw in node.keywords}
             code = node.args[0] if node.args else args.get("code")
             reason = node.args[1] if len(node.args) > 1 else args.get("reason")
             if isinstance(reason, ast.Constant) and isinstance(reason.value, str):
