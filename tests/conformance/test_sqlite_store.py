@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import sqlite3
 import stat
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
 
-from general_agent_server.store.migrations import MIGRATIONS
-from general_agent_server.store.port import StoreError, WriteBatch
+from general_agent_server.store.port import SessionStore, StoreError, WriteBatch
 from general_agent_server.store.sqlite import SqliteSessionStore
-from tests.conformance.store_suite import (
-    SessionStoreConformance,
-    all_events,
-    all_transcript,
+from general_agent_server.store.sqlite.migrations import MIGRATIONS
+from general_agent_server.store.testing import SessionStoreConformance
+from general_agent_server.store.testing.factories import (
     bump,
     full_session,
     make_checkpoint,
@@ -27,8 +28,8 @@ from tests.conformance.store_suite import (
     make_session,
     new_id,
     new_tenant,
-    without_entry_ids,
 )
+from general_agent_server.store.testing.helpers import all_events, all_transcript, without_entry_ids
 
 FLUSH_INTERVAL = 0.005
 
@@ -48,14 +49,8 @@ def pragma(path: Path, name: str) -> object:
 
 
 class TestSqliteStore(SessionStoreConformance):
-    @pytest.fixture
-    async def store(self, tmp_path: Path) -> AsyncIterator[SqliteSessionStore]:
-        store = SqliteSessionStore(tmp_path / "x.sqlite3", flush_interval=FLUSH_INTERVAL)
-        await store.open()
-        try:
-            yield store
-        finally:
-            await store.close()
+    def make_store(self, directory: Path) -> SessionStore:
+        return SqliteSessionStore(directory / "x.sqlite3", flush_interval=FLUSH_INTERVAL)
 
     @pytest.fixture
     def db_path(self, tmp_path: Path) -> Path:
@@ -222,12 +217,6 @@ class TestSqliteStore(SessionStoreConformance):
         finally:
             await reopened.close()
 
-    async def test_write_after_close_raises_store_error(self, db_path: Path) -> None:
-        store = await self._open(db_path)
-        await store.close()
-        with pytest.raises(StoreError):
-            await store.write(WriteBatch(tenant=new_tenant(), session_id=new_id()))
-
 
 async def test_a_locked_database_fails_that_write_and_the_writer_recovers(tmp_path: Path) -> None:
     """A write that cannot take the lock fails with StoreError; once the lock is gone, writes work again
@@ -254,6 +243,17 @@ async def test_a_locked_database_fails_that_write_and_the_writer_recovers(tmp_pa
         await store.close()
 
 
+def open_handles(path: Path) -> list[str]:
+    """This process's file descriptors open on `path` (Linux)."""
+    fd_dir = Path("/proc/self/fd")
+    handles = []
+    for fd in fd_dir.iterdir():
+        with contextlib.suppress(OSError):
+            if Path(os.readlink(fd)) == path:
+                handles.append(fd.name)
+    return handles
+
+
 async def test_a_failed_open_releases_its_connections(tmp_path: Path) -> None:
     path = tmp_path / "newer.sqlite3"
     conn = sqlite3.connect(path)
@@ -262,5 +262,43 @@ async def test_a_failed_open_releases_its_connections(tmp_path: Path) -> None:
     store = SqliteSessionStore(path)
     with pytest.raises(StoreError):
         await store.open()
-    assert store._writer is None
-    assert store._reader is None
+    assert open_handles(path) == []
+    with pytest.raises(StoreError):
+        await store.get_session("default", "s1")
+
+
+async def test_an_open_store_holds_the_file_and_close_lets_it_go(tmp_path: Path) -> None:
+    """The other side of the test above: the handle check sees the store's connections."""
+    path = tmp_path / "x.sqlite3"
+    store = SqliteSessionStore(path)
+    await store.open()
+    assert open_handles(path)
+    await store.close()
+    assert open_handles(path) == []
+
+
+async def test_a_checkpoint_retried_after_its_group_failed_reports_each_dropped_id_once(tmp_path: Path) -> None:
+    """A checkpoint and a failing write commit in one group; the group fails, each write runs again alone,
+    and the checkpoint's answer must be that of its one successful run."""
+    store = SqliteSessionStore(tmp_path / "x.sqlite3", flush_interval=FLUSH_INTERVAL)
+    await store.open()
+    try:
+        tenant, sid = new_tenant(), new_id()
+        await store.create_session(make_session(tenant, sid))
+        await store.write(WriteBatch(tenant=tenant, session_id=sid, events=[make_event(sid, 1)]))
+        old, new = make_checkpoint("old"), make_checkpoint("new")
+        assert await store.add_checkpoint(tenant, sid, old, max_count=1, max_bytes=1 << 20) == []
+
+        # Started together, the checkpoint first: the writer takes both as one group, the checkpoint first.
+        taken = WriteBatch(tenant=tenant, session_id=sid, events=[make_event(sid, 1)])
+        dropped, failed = await asyncio.gather(
+            store.add_checkpoint(tenant, sid, new, max_count=1, max_bytes=1 << 20),
+            store.write(taken),
+            return_exceptions=True,
+        )
+
+        assert isinstance(failed, StoreError)
+        assert dropped == [old.checkpoint_id]
+        assert [c.checkpoint_id for c in await store.list_checkpoints(tenant, sid, limit=10)] == [new.checkpoint_id]
+    finally:
+        await store.close()

@@ -27,7 +27,7 @@ from general_agent_server.core.tools import (
 from general_agent_server.core.workspace import resolve_in_workspace
 from general_agent_server.store.port import StoreError
 from general_agent_server.store.sqlite import SqliteSessionStore
-from tests.conformance.store_suite import make_session
+from general_agent_server.store.testing.factories import make_session
 
 TENANT, SESSION = "default", "s-checkpoints"
 ROOMY = CheckpointBounds(max_count=100, max_bytes=1 << 20)

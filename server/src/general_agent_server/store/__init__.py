@@ -1,1 +1,2 @@
-"""Durable state: the SessionStore port and its SQLite adapter."""
+"""Durable state: the SessionStore port (`port`), the SQLite adapter (`sqlite`), an in-memory one for
+in-process tests (`memory`) and the conformance suite every implementation passes (`testing`)."""

@@ -1,8 +1,13 @@
-"""The SessionStore port. Any implementation must pass the suite in tests/conformance/store_suite.py.
+"""The SessionStore port: small protocols, one per concern, and `SessionStore`, which combines them.
 
-Designed for several replicas from the start (spec 8.1): every state write is a compare-and-set on the
-session `version`, the session actor holds a lease, and `notify` is the seam through which another
-replica would learn of new events (a no-op with a single process)."""
+A store keeps everything scoped by tenant: a read in one tenant never sees another's rows, and the same
+session id in two tenants names two independent sessions. The store is built for several replicas: every
+state write is a compare-and-set on the session `version`, the replica serving a session holds its lease,
+and `notify` is the seam through which another replica would learn of new events (a no-op in one process).
+
+Implementations: `store.sqlite.SqliteSessionStore` (the server's) and `store.memory.InMemorySessionStore`
+(for in-process tests). Both pass the conformance suite in `store.testing`, and so must any other.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +23,26 @@ from general_agent_server.core.runs import IdempotencyRecord, RunRecord, ToolCal
 from general_agent_server.core.session import SessionMode, SessionRecord
 from general_agent_server.core.transcript import TranscriptEntry
 
+__all__ = [
+    "BatchWriter",
+    "CheckpointStore",
+    "HookRegistrationStore",
+    "IdempotencyStore",
+    "LeaseStore",
+    "ListCursor",
+    "RunStore",
+    "SessionExistsError",
+    "SessionLogReader",
+    "SessionQuery",
+    "SessionRecordStore",
+    "SessionStore",
+    "StoreError",
+    "StoreLifecycle",
+    "VersionConflictError",
+    "WriteBatch",
+    "session_ids",
+]
+
 
 class StoreError(Exception):
     """The store failed; callers report INTERNAL."""
@@ -28,7 +53,7 @@ class SessionExistsError(StoreError):
 
 
 class VersionConflictError(StoreError):
-    """A compare-and-set write found another version than expected."""
+    """A compare-and-set write found another version than expected (or no session at all)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -52,11 +77,14 @@ class ListCursor:
 
 @dataclass(kw_only=True)
 class WriteBatch:
-    """Everything one step of a session commits atomically.
+    """Everything one step of a session commits atomically: all of it lands, or none of it does.
 
     `session` is the new record; its `version` must be exactly one more than the stored one (CAS).
-    History messages are appended at `history_base` (the index of the first), or replace the whole
-    history when `replace_history` is set.
+    History messages are written at `history_base` (the index of the first, replacing any message already
+    at an index), or replace the whole history when `replace_history` is set. `clear_transcript` empties
+    the transcript before the batch's entries are appended. Runs, tool calls, the idempotency record and
+    hook registrations are stored or replaced by their keys. Rows are keyed by the batch's tenant and
+    session id (runs and tool calls by their own), whether or not the session exists.
     """
 
     tenant: str
@@ -75,21 +103,29 @@ class WriteBatch:
     hook_registrations: list[tuple[str, str]] = field(default_factory=list)
 
 
-class SessionStore(CheckpointStore, Protocol):
-    """Durable sessions, model history, transcript, event log, runs, idempotency keys and file checkpoints
-    (the methods of CheckpointStore), all scoped by tenant."""
+class StoreLifecycle(Protocol):
+    """Opening and closing. Reads and writes raise StoreError before `open` and after `close`."""
 
     async def open(self) -> None:
-        """Creates or migrates the schema."""
+        """Creates or migrates the schema; raises StoreError for data this code cannot read."""
         ...
 
     async def close(self) -> None:
-        """Flushes pending writes and closes."""
+        """Commits every write queued before the call, then releases the store."""
         ...
 
+
+class SessionRecordStore(Protocol):
+    """Session records: create, get, page through and delete.
+
+    Pages order by update_time descending, then session_id ascending (at microsecond precision), and a
+    cursor is strictly exclusive, so paging with the last record of each page yields every session exactly
+    once. Filters: the key prefix is literal (no pattern characters), every label must match, children
+    (sessions with a parent) are listed only with `include_children` or when their parent is named."""
+
     async def create_session(self, record: SessionRecord, *, batch: WriteBatch | None = None) -> None:
-        """Inserts a new session (and an optional first batch, e.g. an idempotency record) atomically.
-        Raises SessionExistsError when the id is taken for the tenant."""
+        """Inserts a new session and an optional first batch (e.g. an idempotency record) atomically.
+        Raises SessionExistsError, storing nothing of the batch, when the id is taken in the tenant."""
         ...
 
     async def get_session(self, tenant: str, session_id: str) -> SessionRecord | None: ...
@@ -97,45 +133,85 @@ class SessionStore(CheckpointStore, Protocol):
     async def list_sessions(
         self, tenant: str, query: SessionQuery, *, after: ListCursor | None, limit: int
     ) -> list[SessionRecord]:
-        """Sessions matching the query, update_time desc then session_id, strictly after the cursor."""
+        """At most `limit` sessions matching the query, strictly after the cursor."""
         ...
 
     async def delete_session(self, tenant: str, session_id: str) -> bool:
-        """Removes the session and everything it owns (checkpoints included); False when it did not exist."""
+        """Removes the session and everything it owns (history, transcript, events, runs, tool calls, hook
+        registrations, checkpoints); False when it did not exist. Idempotency records stay."""
         ...
 
+
+class BatchWriter(Protocol):
+    """The write path: one WriteBatch per step of a session.
+
+    A batch is atomic. With a `session` record it is a compare-and-set on the stored version (stored + 1);
+    a mismatch, or no such session, raises VersionConflictError and writes nothing. Writes are applied in
+    the order they were made, buffered or durable, and a failing batch fails alone: writes queued around it
+    still land. A read that starts after a durable write (or a `flush`) returned sees that write and
+    everything queued before it."""
+
     async def write(self, batch: WriteBatch, *, durable: bool = True) -> None:
-        """Commits a batch. With durable=True returns once committed (raising on failure, including
-        VersionConflictError); with durable=False the write is queued and committed with the next
-        group (used for deltas)."""
+        """With durable=True returns once committed, raising StoreError (VersionConflictError for a CAS
+        mismatch) when the batch did not land. With durable=False the batch is queued and committed with
+        the next group (used for deltas); its failure is logged, never raised."""
         ...
 
     async def flush(self) -> None:
         """Returns once every write queued before the call is committed."""
         ...
 
-    async def load_history(self, tenant: str, session_id: str) -> list[HistoryMessage]: ...
+
+class SessionLogReader(Protocol):
+    """Reads of what batches wrote: the model history, the transcript and the event log, plus event
+    retention. Reads of an unknown session are empty, never an error."""
+
+    async def load_history(self, tenant: str, session_id: str) -> list[HistoryMessage]:
+        """The whole history in index order."""
+        ...
 
     async def read_transcript(
         self, tenant: str, session_id: str, *, after_entry_id: int, limit: int
-    ) -> list[TranscriptEntry]: ...
+    ) -> list[TranscriptEntry]:
+        """Entries in write order, strictly after `after_entry_id`. The store assigns entry ids: positive,
+        increasing in write order and never reused (not even after `clear_transcript`), so a page position
+        never skips or repeats an entry."""
+        ...
 
     async def count_transcript(self, tenant: str, session_id: str) -> int: ...
 
     async def read_events(
         self, tenant: str, session_id: str, *, after_sequence: int, limit: int
-    ) -> list[SequencedEvent]: ...
+    ) -> list[SequencedEvent]:
+        """Events in sequence order, strictly after `after_sequence` (sequences may have gaps)."""
+        ...
 
     async def purge_events(self, tenant: str, session_id: str, *, keep_last: int, older_than: datetime) -> None:
         """Retention: drops events beyond the newest `keep_last` and those created before `older_than`
         (the newest event is always kept, so a session's numbering stays discoverable)."""
         ...
 
-    async def oldest_event_sequence(self, tenant: str, session_id: str) -> int | None: ...
+    async def oldest_event_sequence(self, tenant: str, session_id: str) -> int | None:
+        """The lowest stored sequence, None when the session has no events."""
+        ...
+
+
+class RunStore(Protocol):
+    """Runs and their tool calls, written through WriteBatch and read here."""
 
     async def get_run(self, tenant: str, session_id: str, run_id: str) -> RunRecord | None: ...
 
-    async def find_run_by_request_id(self, tenant: str, session_id: str, request_id: str) -> RunRecord | None: ...
+    async def find_run_by_request_id(self, tenant: str, session_id: str, request_id: str) -> RunRecord | None:
+        """The run a turn's request_id started (for replaying a retried turn)."""
+        ...
+
+    async def list_runs(self, tenant: str, session_id: str) -> list[RunRecord]:
+        """A session's runs in start order (first_sequence)."""
+        ...
+
+    async def list_unfinished_runs(self) -> list[RunRecord]:
+        """Runs (all tenants) whose status is not FINISHED, for start-up recovery."""
+        ...
 
     async def list_tool_calls(self, tenant: str, session_id: str, run_id: str) -> list[ToolCallRecord]:
         """A run's tool calls ordered by round, then position."""
@@ -144,40 +220,73 @@ class SessionStore(CheckpointStore, Protocol):
     async def get_tool_call(self, tenant: str, session_id: str, call_id: str) -> ToolCallRecord | None: ...
 
     async def list_pending_hosted_calls(self) -> list[ToolCallRecord]:
-        """Pending hosted calls of all tenants (deadlines are re-armed at start-up)."""
+        """Pending hosted calls of all tenants (deadlines are re-armed at start-up), ordered by tenant,
+        session, round and position."""
         ...
 
-    async def list_runs(self, tenant: str, session_id: str) -> list[RunRecord]:
-        """A session's runs in start order."""
-        ...
 
-    async def list_unfinished_runs(self) -> list[RunRecord]:
-        """Runs (all tenants) whose status is not FINISHED, for start-up recovery."""
-        ...
+class HookRegistrationStore(Protocol):
+    """Remote hook registrations as JSON documents, tenant-wide (session_id "") or per session, kept
+    across restarts. Put and delete are ordered with batches."""
 
     async def put_hook_registration(self, tenant: str, session_id: str, plugin_id: str, registration_json: str) -> None:
         """Stores (or replaces) a registration document."""
         ...
 
-    async def delete_hook_registration(self, tenant: str, session_id: str, plugin_id: str) -> bool: ...
+    async def delete_hook_registration(self, tenant: str, session_id: str, plugin_id: str) -> bool:
+        """False when there was nothing to delete."""
+        ...
 
     async def list_hook_registrations(self) -> list[tuple[str, str, str, str]]:
-        """Every registration: (tenant, session_id, plugin_id, registration_json)."""
+        """Every registration: (tenant, session_id, plugin_id, registration_json), in that order."""
         ...
+
+
+class IdempotencyStore(Protocol):
+    """Idempotency keys: the first result of a request_id, per tenant and RPC. Put replaces, so the
+    caller decides what a repeated key means (docs/protocol.md, "Idempotency")."""
 
     async def get_idempotency(self, tenant: str, rpc: str, request_id: str) -> IdempotencyRecord | None: ...
 
-    async def put_idempotency(self, record: IdempotencyRecord) -> None: ...
+    async def put_idempotency(self, record: IdempotencyRecord) -> None:
+        """Durable when it returns (the same as a batch holding only the record)."""
+        ...
+
+
+class LeaseStore(Protocol):
+    """Which replica serves a session, and the seam that tells others about new events.
+
+    A lease belongs to one owner until it expires `ttl_seconds` after it was last taken or renewed. Leases
+    live beside the session record: they never change it (nor its version), and a session that does not
+    exist cannot be leased."""
 
     async def acquire_lease(self, tenant: str, session_id: str, owner: str, *, ttl_seconds: float) -> bool:
         """Takes or renews the session lease; False while another owner holds an unexpired one."""
         ...
 
-    async def release_lease(self, tenant: str, session_id: str, owner: str) -> None: ...
+    async def release_lease(self, tenant: str, session_id: str, owner: str) -> None:
+        """Frees the lease if `owner` holds it; does nothing otherwise."""
+        ...
 
     async def notify(self, tenant: str, session_id: str, sequence: int) -> None:
         """Tells other replicas that events up to `sequence` are committed (no-op for one process)."""
         ...
+
+
+class SessionStore(
+    StoreLifecycle,
+    SessionRecordStore,
+    BatchWriter,
+    SessionLogReader,
+    RunStore,
+    HookRegistrationStore,
+    IdempotencyStore,
+    LeaseStore,
+    CheckpointStore,
+    Protocol,
+):
+    """Everything the server keeps: every protocol above and CheckpointStore (file checkpoints). A caller
+    that needs one concern should depend on that protocol alone."""
 
 
 def session_ids(records: Sequence[SessionRecord]) -> list[str]:

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import sqlite3
+from pathlib import Path
+
+from general_agent_server.store.port import StoreError
+
+logger = logging.getLogger(__name__)
+
 MIGRATIONS: tuple[str, ...] = (
     # 1: sessions, model history, transcript, event log, runs, idempotency keys.
     """
@@ -133,3 +141,19 @@ MIGRATIONS: tuple[str, ...] = (
     );
     """,
 )
+
+
+def migrate(conn: sqlite3.Connection, path: Path) -> None:
+    """Brings the file at `path` to the newest schema, one transaction per step. A file newer than this
+    code raises StoreError and is left as it is (no downgrade)."""
+    row = conn.execute("PRAGMA user_version").fetchone()
+    current = int(row[0]) if row else 0
+    if current > len(MIGRATIONS):
+        raise StoreError(
+            f"state file {path} has schema version {current}, newer than this server "
+            f"({len(MIGRATIONS)}); upgrade the server"
+        )
+    for version in range(current + 1, len(MIGRATIONS) + 1):
+        logger.info("migrating state schema to version %d", version, extra={"category": "system"})
+        script = MIGRATIONS[version - 1]
+        conn.executescript(f"BEGIN;\n{script}\nPRAGMA user_version={version};\nCOMMIT;")

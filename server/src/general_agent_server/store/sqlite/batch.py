@@ -1,0 +1,136 @@
+"""Applying one WriteBatch inside the writer's transaction, one function per table.
+
+After the operation riding with the batch (if any), the session row goes first: a failed compare-and-set
+raises before anything else of the batch is written, and the caller's transaction rolls the batch back
+whole either way."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from general_agent_server.core import codec
+from general_agent_server.core.runs import IdempotencyRecord
+from general_agent_server.core.session import SessionRecord
+from general_agent_server.store.port import VersionConflictError, WriteBatch
+from general_agent_server.store.sqlite.operations import HookRegistration, Operation
+from general_agent_server.store.sqlite.rows import session_columns, to_us
+
+
+def apply_write(conn: sqlite3.Connection, batch: WriteBatch, operation: Operation | None) -> None:
+    """Runs the operation (if any), then writes every part of the batch."""
+    if operation is not None:
+        operation.run(conn, batch)
+    if batch.session is not None:
+        _update_session(conn, batch.session)
+    _write_history(conn, batch)
+    _write_transcript(conn, batch)
+    _write_events(conn, batch)
+    _write_runs(conn, batch)
+    _write_tool_calls(conn, batch)
+    if batch.idempotency is not None:
+        _insert_idempotency(conn, batch.idempotency)
+    for plugin_id, registration_json in batch.hook_registrations:
+        HookRegistration(plugin_id=plugin_id, registration_json=registration_json).run(conn, batch)
+
+
+def _update_session(conn: sqlite3.Connection, record: SessionRecord) -> None:
+    """The compare-and-set: stores `record` only over version `record.version - 1`."""
+    cur = conn.execute(
+        "UPDATE sessions SET session_key=?, mode=?, parent_session_id=?, state=?, config_json=?,"
+        " labels_json=?, runtime_json=?, last_sequence=?, sequence_reserved=?, history_message_count=?,"
+        " update_time_us=?, version=? WHERE tenant=? AND session_id=? AND version=?",
+        (*session_columns(record)[2:], record.tenant, record.session_id, record.version - 1),
+    )
+    if cur.rowcount != 1:
+        raise VersionConflictError(f"session {record.session_id!r}: expected stored version {record.version - 1}")
+
+
+def _write_history(conn: sqlite3.Connection, batch: WriteBatch) -> None:
+    tenant, sid = batch.tenant, batch.session_id
+    if batch.replace_history:
+        conn.execute("DELETE FROM history WHERE tenant=? AND session_id=?", (tenant, sid))
+    if not batch.history:
+        return
+    conn.executemany(
+        "INSERT OR REPLACE INTO history (tenant, session_id, idx, run_id, format_version, message_json)"
+        " VALUES (?,?,?,?,?,?)",
+        [
+            (tenant, sid, batch.history_base + i, m.run_id, m.format_version, codec.HISTORY_MESSAGE.dumps(m))
+            for i, m in enumerate(batch.history)
+        ],
+    )
+
+
+def _write_transcript(conn: sqlite3.Connection, batch: WriteBatch) -> None:
+    tenant, sid = batch.tenant, batch.session_id
+    if batch.clear_transcript:
+        conn.execute("DELETE FROM transcript WHERE tenant=? AND session_id=?", (tenant, sid))
+    if not batch.transcript:
+        return
+    conn.executemany(
+        "INSERT INTO transcript (tenant, session_id, sequence, run_id, timestamp_us, entry_json) VALUES (?,?,?,?,?,?)",
+        [
+            (tenant, sid, e.sequence, e.run_id, to_us(e.timestamp), codec.TRANSCRIPT_BODY.dumps(e.body))
+            for e in batch.transcript
+        ],
+    )
+
+
+def _write_events(conn: sqlite3.Connection, batch: WriteBatch) -> None:
+    if not batch.events:
+        return
+    conn.executemany(
+        "INSERT INTO events (tenant, session_id, sequence, run_id, create_time_us, body_json) VALUES (?,?,?,?,?,?)",
+        [
+            (batch.tenant, batch.session_id, e.sequence, e.run_id, to_us(e.create_time), codec.EVENT_BODY.dumps(e.body))
+            for e in batch.events
+        ],
+    )
+
+
+def _write_runs(conn: sqlite3.Connection, batch: WriteBatch) -> None:
+    for run in batch.runs:
+        conn.execute(
+            "INSERT OR REPLACE INTO runs (tenant, session_id, run_id, request_id, status, record_json)"
+            " VALUES (?,?,?,?,?,?)",
+            (run.tenant, run.session_id, run.run_id, run.request_id, run.status.value, codec.RUN_RECORD.dumps(run)),
+        )
+
+
+def _write_tool_calls(conn: sqlite3.Connection, batch: WriteBatch) -> None:
+    if not batch.tool_calls:
+        return
+    conn.executemany(
+        "INSERT OR REPLACE INTO tool_calls (tenant, session_id, call_id, run_id, round_index, position, kind,"
+        " status, deadline_us, record_json) VALUES (?,?,?,?,?,?,?,?,?,?)",
+        [
+            (
+                c.tenant,
+                c.session_id,
+                c.call_id,
+                c.run_id,
+                c.round_index,
+                c.position,
+                c.kind.value,
+                c.status.value,
+                to_us(c.deadline) if c.deadline else None,
+                codec.TOOL_CALL.dumps(c),
+            )
+            for c in batch.tool_calls
+        ],
+    )
+
+
+def _insert_idempotency(conn: sqlite3.Connection, record: IdempotencyRecord) -> None:
+    conn.execute(
+        "INSERT OR REPLACE INTO idempotency (tenant, rpc, request_id, body_hash, result_json, create_time_us)"
+        " VALUES (?,?,?,?,?,?)",
+        (
+            record.tenant,
+            record.rpc,
+            record.request_id,
+            record.body_hash,
+            record.result_json,
+            to_us(record.create_time),
+        ),
+    )

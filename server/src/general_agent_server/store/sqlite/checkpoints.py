@@ -1,0 +1,142 @@
+"""File checkpoints in SQLite: the bounded insert and the delete (writer operations) and the two reads.
+
+`checkpoints.position` (AUTOINCREMENT, never reused) orders a session's checkpoints; the prior file contents
+live in `checkpoint_files`, so listing never reads them."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiosqlite
+
+from general_agent_server.core.checkpoint_files import CheckpointFile
+from general_agent_server.core.checkpoints import Checkpoint, CheckpointInfo
+from general_agent_server.store.port import WriteBatch
+from general_agent_server.store.sqlite.rows import from_us, to_us
+
+
+def _delete_checkpoint_rows(conn: sqlite3.Connection, key: tuple[str, str], checkpoint_ids: Sequence[str]) -> None:
+    rows = [(*key, cid) for cid in checkpoint_ids]
+    conn.executemany("DELETE FROM checkpoint_files WHERE tenant=? AND session_id=? AND checkpoint_id=?", rows)
+    conn.executemany("DELETE FROM checkpoints WHERE tenant=? AND session_id=? AND checkpoint_id=?", rows)
+
+
+@dataclass
+class AddCheckpoint:
+    checkpoint: Checkpoint
+    max_count: int
+    max_bytes: int
+    dropped: list[str] = field(default_factory=list)
+
+    def run(self, conn: sqlite3.Connection, batch: WriteBatch) -> None:
+        # A group that fails runs each of its writes again alone: start over, or ids would be reported twice.
+        self.dropped = []
+        key = (batch.tenant, batch.session_id)
+        if conn.execute("SELECT 1 FROM sessions WHERE tenant=? AND session_id=?", key).fetchone() is None:
+            return
+        self._insert(conn, key)
+        # Oldest first, the new one last: the chain stays contiguous from the newest end.
+        rows = conn.execute(
+            "SELECT checkpoint_id, stored_bytes FROM checkpoints WHERE tenant=? AND session_id=? ORDER BY position",
+            key,
+        ).fetchall()
+        count, total = len(rows), sum(int(r[1]) for r in rows)
+        for checkpoint_id, stored_bytes in rows:
+            if count <= self.max_count and total <= self.max_bytes:
+                break
+            self.dropped.append(str(checkpoint_id))
+            count, total = count - 1, total - int(stored_bytes)
+        _delete_checkpoint_rows(conn, key, self.dropped)
+
+    def _insert(self, conn: sqlite3.Connection, key: tuple[str, str]) -> None:
+        c = self.checkpoint
+        conn.execute(
+            "INSERT INTO checkpoints (tenant, session_id, checkpoint_id, run_id, call_id, tool_name, create_time_us,"
+            " stored_bytes, paths_json) VALUES (?,?,?,?,?,?,?,?,?)",
+            (
+                *key,
+                c.checkpoint_id,
+                c.run_id,
+                c.call_id,
+                c.tool_name,
+                to_us(c.created_at),
+                c.stored_bytes,
+                json.dumps(list(c.paths)),
+            ),
+        )
+        conn.executemany(
+            "INSERT INTO checkpoint_files (tenant, session_id, checkpoint_id, idx, path, existed_before, content)"
+            " VALUES (?,?,?,?,?,?,?)",
+            [(*key, c.checkpoint_id, i, f.path, int(f.existed_before), f.prior_content) for i, f in enumerate(c.files)],
+        )
+
+
+@dataclass
+class DeleteCheckpoints:
+    checkpoint_ids: list[str]
+
+    def run(self, conn: sqlite3.Connection, batch: WriteBatch) -> None:
+        _delete_checkpoint_rows(conn, (batch.tenant, batch.session_id), self.checkpoint_ids)
+
+
+async def list_checkpoints(
+    conn: aiosqlite.Connection, tenant: str, session_id: str, *, before_position: int, limit: int
+) -> list[CheckpointInfo]:
+    async with conn.execute(
+        "SELECT position, checkpoint_id, run_id, call_id, tool_name, create_time_us, paths_json, stored_bytes"
+        " FROM checkpoints WHERE tenant=? AND session_id=? AND (?=0 OR position<?) ORDER BY position DESC LIMIT ?",
+        (tenant, session_id, before_position, before_position, limit),
+    ) as cur:
+        rows = await cur.fetchall()
+    return [
+        CheckpointInfo(
+            position=r[0],
+            checkpoint_id=r[1],
+            run_id=r[2],
+            call_id=r[3],
+            tool_name=r[4],
+            created_at=from_us(r[5]),
+            paths=tuple(json.loads(r[6])),
+            stored_bytes=r[7],
+        )
+        for r in rows
+    ]
+
+
+async def load_checkpoints_down_to(
+    conn: aiosqlite.Connection, tenant: str, session_id: str, checkpoint_id: str
+) -> list[Checkpoint]:
+    # One statement, so the checkpoints and their files come from one consistent snapshot.
+    async with conn.execute(
+        "SELECT c.checkpoint_id, c.run_id, c.call_id, c.tool_name, c.create_time_us,"
+        " f.path, f.existed_before, f.content"
+        " FROM checkpoints c LEFT JOIN checkpoint_files f"
+        " ON f.tenant=c.tenant AND f.session_id=c.session_id AND f.checkpoint_id=c.checkpoint_id"
+        " WHERE c.tenant=? AND c.session_id=? AND c.position >="
+        " (SELECT position FROM checkpoints WHERE tenant=? AND session_id=? AND checkpoint_id=?)"
+        " ORDER BY c.position DESC, f.idx",
+        (tenant, session_id, tenant, session_id, checkpoint_id),
+    ) as cur:
+        rows = await cur.fetchall()
+    headers: dict[str, tuple[Any, ...]] = {}
+    files: dict[str, list[CheckpointFile]] = {}
+    for r in rows:
+        headers.setdefault(r[0], tuple(r[:5]))
+        bucket = files.setdefault(r[0], [])
+        if r[5] is not None:
+            bucket.append(CheckpointFile(path=r[5], existed_before=bool(r[6]), prior_content=bytes(r[7])))
+    return [
+        Checkpoint(
+            checkpoint_id=cid,
+            run_id=run_id,
+            call_id=call_id,
+            tool_name=tool_name,
+            created_at=from_us(create_us),
+            files=tuple(files[cid]),
+        )
+        for cid, (_, run_id, call_id, tool_name, create_us) in headers.items()
+    ]

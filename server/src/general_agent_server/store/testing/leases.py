@@ -1,0 +1,105 @@
+"""The conformance tests of LeaseStore: session leases with a TTL, and notify."""
+
+from __future__ import annotations
+
+import asyncio
+
+from general_agent_server.core.session import SessionState
+from general_agent_server.store.port import SessionStore, WriteBatch
+from general_agent_server.store.testing.base import StoreConformance, async_tests
+from general_agent_server.store.testing.factories import bump, make_session, new_id, new_tenant
+from general_agent_server.store.testing.helpers import all_events, create
+
+
+@async_tests
+class LeaseConformance(StoreConformance):
+    """One owner until expiry, renewal, release by the owner only; leases never touch the record."""
+
+    async def test_lease_is_exclusive_while_unexpired(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        await create(store, make_session(tenant, sid))
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=60) is True
+        assert await store.acquire_lease(tenant, sid, "owner-b", ttl_seconds=60) is False
+        assert await store.acquire_lease(tenant, sid, "owner-b", ttl_seconds=60) is False
+
+    async def test_lease_owner_renews(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        await create(store, make_session(tenant, sid))
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=0.01) is True
+        # Renewing extends the expiry: after the first TTL has passed the lease still holds.
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=60) is True
+        await asyncio.sleep(0.05)
+        assert await store.acquire_lease(tenant, sid, "owner-b", ttl_seconds=60) is False
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=60) is True
+
+    async def test_expired_lease_can_be_taken_over(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        await create(store, make_session(tenant, sid))
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=0.01) is True
+        await asyncio.sleep(0.05)  # let the TTL pass
+        assert await store.acquire_lease(tenant, sid, "owner-b", ttl_seconds=60) is True
+        # B holds it now; A lost it.
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=60) is False
+
+    async def test_release_by_non_owner_does_nothing(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        await create(store, make_session(tenant, sid))
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=60) is True
+
+        assert await store.release_lease(tenant, sid, "owner-b") is None  # type: ignore[func-returns-value]
+
+        assert await store.acquire_lease(tenant, sid, "owner-b", ttl_seconds=60) is False
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=60) is True
+
+    async def test_release_by_owner_frees_the_lease(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        await create(store, make_session(tenant, sid))
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=60) is True
+
+        await store.release_lease(tenant, sid, "owner-a")
+
+        assert await store.acquire_lease(tenant, sid, "owner-b", ttl_seconds=60) is True
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=60) is False
+
+    async def test_lease_is_scoped_by_tenant_and_session(self, store: SessionStore) -> None:
+        tenant_a, tenant_b, sid, sid2 = new_tenant(), new_tenant(), new_id(), new_id()
+        await create(store, make_session(tenant_a, sid))
+        await create(store, make_session(tenant_a, sid2))
+        await create(store, make_session(tenant_b, sid))
+        assert await store.acquire_lease(tenant_a, sid, "owner-a", ttl_seconds=60) is True
+        assert await store.acquire_lease(tenant_b, sid, "owner-b", ttl_seconds=60) is True
+        assert await store.acquire_lease(tenant_a, sid2, "owner-b", ttl_seconds=60) is True
+        # Releasing in one tenant does not free the other.
+        await store.release_lease(tenant_b, sid, "owner-b")
+        assert await store.acquire_lease(tenant_a, sid, "owner-b", ttl_seconds=60) is False
+
+    async def test_lease_operations_leave_the_session_record_alone(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        v1 = await create(store, make_session(tenant, sid, version=1))
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=60) is True
+        assert await store.get_session(tenant, sid) == v1
+
+        # A CAS write by the lease holder is unaffected by the lease (version 1 -> 2).
+        v2 = bump(v1, state=SessionState.RUNNING)
+        await store.write(WriteBatch(tenant=tenant, session_id=sid, session=v2))
+        assert await store.get_session(tenant, sid) == v2
+        await store.release_lease(tenant, sid, "owner-a")
+        assert await store.get_session(tenant, sid) == v2
+
+    async def test_notify_is_callable_and_returns_none(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        await create(store, make_session(tenant, sid))
+        result = await store.notify(tenant, sid, 5)  # type: ignore[func-returns-value]
+        assert result is None
+        # It changes no state.
+        assert await store.get_session(tenant, sid) == make_session(tenant, sid)
+        assert await all_events(store, tenant, sid) == []
+
+    async def test_a_session_that_does_not_exist_cannot_be_leased(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=60) is False
+        await store.release_lease(tenant, sid, "owner-a")
+        assert await store.get_session(tenant, sid) is None
+        # Created later, it starts unleased.
+        await create(store, make_session(tenant, sid))
+        assert await store.acquire_lease(tenant, sid, "owner-b", ttl_seconds=60) is True
