@@ -44,6 +44,13 @@ class Setting:
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
+    @property
+    def flags(self) -> str:
+        """The flag as the README lists it; a boolean also has its `--no-` form."""
+        if self.kind is bool:
+            return f"`{self.flag}` / `--no-{self.flag[2:]}`"
+        return f"`{self.flag}`"
+
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -357,7 +364,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         if setting.name == "anthropic_api_key_file":
             continue  # a path, but kept off the command line with the other secrets' settings
         if setting.kind is bool:
-            parser.add_argument(setting.flag, action="store_const", const=True, default=None, help=setting.help)
+            # `--no-NAME` turns off a setting that defaults to true (or that the environment or file set).
+            parser.add_argument(setting.flag, action=argparse.BooleanOptionalAction, default=None, help=setting.help)
         else:
             parser.add_argument(setting.flag, default=None, help=f"{setting.help} (default {setting.default!r})")
 
@@ -541,7 +549,7 @@ def settings_table_markdown() -> str:
     """The README's configuration table."""
     rows = ["| setting | flag | environment | default | meaning |", "|---|---|---|---|---|"]
     for s in SETTINGS:
-        flag = "—" if s.name == "anthropic_api_key_file" else f"`{s.flag}`"
+        flag = "—" if s.name == "anthropic_api_key_file" else s.flags
         rows.append(f"| `{s.name}` | {flag} | `{s.env}` | `{s.default!r}` | {s.help} |")
     return "\n".join(rows)
 
