@@ -23,6 +23,7 @@ from general_agent_server.core.transcript_export import TranscriptExporter
 from general_agent_server.providers.anthropic_model import AnthropicModelClient
 from general_agent_server.rpc.hook_client import GrpcHookDialer
 from general_agent_server.rpc.interceptors import RequestContextInterceptor
+from general_agent_server.rpc.server_limits import server_limits
 from general_agent_server.rpc.servicer import AgentServicer
 from general_agent_server.store.sqlite import DB_FILE_NAME, SqliteSessionStore
 from general_agent_server.tools.catalog import builtin_catalog
@@ -87,7 +88,8 @@ async def start_server(settings: ServerSettings) -> RunningServer:
             ("grpc.keepalive_permit_without_calls", 1),
         ],
     )
-    agent_service_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(core), server)
+    servicer = AgentServicer(core, limits=server_limits(settings))
+    agent_service_pb2_grpc.add_AgentServiceServicer_to_server(servicer, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

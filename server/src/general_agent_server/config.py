@@ -117,6 +117,24 @@ SETTINGS: tuple[Setting, ...] = (
         default=60.0,
         help="Seconds a session lease lasts unrenewed (renewed every third of it while the session is loaded).",
     ),
+    Setting(
+        name="max_history_page_bytes",
+        kind=int,
+        default=4 * MIB,
+        help="Bytes of transcript entries one GetSessionHistory page carries.",
+    ),
+    Setting(
+        name="max_idle_sessions",
+        kind=int,
+        default=1000,
+        help="Idle sessions kept loaded in memory (least recently used evicted first).",
+    ),
+    Setting(
+        name="max_idle_session_bytes",
+        kind=int,
+        default=256 * MIB,
+        help="Estimated bytes of idle loaded sessions (history, system prompt, tool schemas); LRU evicted beyond.",
+    ),
     Setting(name="max_model_calls_per_run", kind=int, default=50, help="Model calls one run may make."),
     Setting(name="max_tool_calls_per_run", kind=int, default=200, help="Tool calls one run may make."),
     Setting(name="run_deadline", kind=float, default=1800.0, help="Seconds one run may take (suspensions excluded)."),
@@ -272,6 +290,9 @@ class ServerSettings:
     store_flush_interval_ms: float = 20.0
     replica_id: str = "local"
     lease_ttl_seconds: float = 60.0
+    max_history_page_bytes: int = 4 * MIB
+    max_idle_sessions: int = 1000
+    max_idle_session_bytes: int = 256 * MIB
     max_model_calls_per_run: int = 50
     max_tool_calls_per_run: int = 200
     run_deadline: float = 1800.0
@@ -330,6 +351,9 @@ class ServerSettings:
             subscriber_buffer=self.subscriber_buffer,
             max_image_bytes=self.max_image_bytes,
             max_message_bytes=self.max_message_bytes,
+            max_history_page_bytes=self.max_history_page_bytes,
+            max_idle_actors=self.max_idle_sessions,
+            max_idle_actor_bytes=self.max_idle_session_bytes,
             shutdown_grace_seconds=self.shutdown_grace,
             workspace_root=Path(self.workspace_dir).resolve(),
             shared_workspace=self.workspace_mode == "shared",
@@ -522,6 +546,7 @@ def _validate(settings: ServerSettings) -> None:
         "checkpoint_max_bytes",
         "hook_max_payload_bytes",
         "lease_ttl_seconds",
+        "max_history_page_bytes",
     ):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{name}: must be positive")
@@ -531,8 +556,9 @@ def _validate(settings: ServerSettings) -> None:
         raise ConfigError(f"workspace_mode: expected per_session or shared, got {settings.workspace_mode!r}")
     if settings.exec_timeout > settings.exec_timeout_max:
         raise ConfigError("exec_timeout: must not exceed exec_timeout_max")
-    if settings.web_fetch_max_redirects < 0:
-        raise ConfigError("web_fetch_max_redirects: must not be negative")
+    for name in ("web_fetch_max_redirects", "max_idle_sessions", "max_idle_session_bytes"):
+        if getattr(settings, name) < 0:
+            raise ConfigError(f"{name}: must not be negative")
     for name in ("web_fetch_firecrawl_max_age_ms", "web_fetch_firecrawl_timeout_seconds"):
         if getattr(settings, name) < 0:
             raise ConfigError(f"{name}: must not be negative")
