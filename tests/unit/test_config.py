@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from general_agent_server.config import ConfigError, add_flags, load_settings, settings_table_markdown
+from general_agent_server.config import (
+    SETTINGS,
+    ConfigError,
+    Setting,
+    add_flags,
+    load_settings,
+    settings_table_markdown,
+)
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -111,6 +118,32 @@ def test_input_limits_flow_from_flags_env_and_file_to_the_core(tmp_path: Path) -
         load_settings(parse("--config", str(tools)), {})
 
 
-def test_the_readme_configuration_table_is_the_settings_table() -> None:
+BOOLEAN_SETTINGS = [s for s in SETTINGS if s.kind is bool]
+
+
+@pytest.mark.parametrize("setting", BOOLEAN_SETTINGS, ids=lambda s: s.name)
+def test_every_boolean_setting_turns_on_and_off_by_flag_env_and_file(setting: Setting, tmp_path: Path) -> None:
+    """Each source can set either value, and each overrides the ones below it (flag > env > TOML)."""
+    no_flag = "--no-" + setting.flag.removeprefix("--")
+    for value in (True, False):
+        file = tmp_path / f"{value}.toml"
+        file.write_text(f"{setting.name} = {str(value).lower()}\n")
+        opposite = {setting.env: str(not value).lower()}
+        flag = setting.flag if value else no_flag
+        assert getattr(load_settings(parse("--config", str(file)), {}), setting.name) is value
+        assert getattr(load_settings(None, {setting.env: str(value).lower()}), setting.name) is value
+        assert getattr(load_settings(parse(flag), {}), setting.name) is value
+        # env over file, flag over env
+        other_file = tmp_path / f"not-{value}.toml"
+        other_file.write_text(f"{setting.name} = {str(not value).lower()}\n")
+        env_wins = load_settings(parse("--config", str(other_file)), {setting.env: str(value).lower()})
+        assert getattr(env_wins, setting.name) is value
+        assert getattr(load_settings(parse(flag), opposite), setting.name) is value
+    assert getattr(load_settings(parse(), {}), setting.name) is setting.default
+
+
+def test_the_readme_lists_every_setting_as_the_table_generates_it() -> None:
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert settings_table_markdown() in readme
+    for setting in BOOLEAN_SETTINGS:
+        assert f"`--no-{setting.flag.removeprefix('--')}`" in settings_table_markdown()

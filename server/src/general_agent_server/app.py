@@ -24,6 +24,7 @@ from general_agent_server.rpc.handlers import add_service
 from general_agent_server.rpc.hook_client import GrpcHookDialer
 from general_agent_server.rpc.interceptors import RequestContextInterceptor
 from general_agent_server.rpc.reflection import enable_server_reflection
+from general_agent_server.rpc.server_limits import server_limits
 from general_agent_server.rpc.servicer import AgentServicer
 from general_agent_server.store.sqlite import DB_FILE_NAME, SqliteSessionStore
 from general_agent_server.tools.catalog import builtin_catalog
@@ -91,7 +92,7 @@ async def start_server(settings: ServerSettings) -> RunningServer:
     )
     # Not the generated add_AgentServiceServicer_to_server: requests are decoded by rpc/decoding.py, which
     # answers undecodable or invalid requests INVALID_ARGUMENT instead of grpc's UNKNOWN.
-    add_service(AgentServicer(core), SERVICE, server)
+    add_service(AgentServicer(core, limits=server_limits(settings)), SERVICE, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     enable_server_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name), server)

@@ -46,6 +46,13 @@ class Setting:
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
+    @property
+    def flags(self) -> str:
+        """The flag as the README lists it; a boolean also has its `--no-` form."""
+        if self.kind is bool:
+            return f"`{self.flag}` / `--no-{self.flag[2:]}`"
+        return f"`{self.flag}`"
+
 
 INPUT_LIMIT_HELP = {
     "max_system_prompt_bytes": "Largest system prompt of a session, bytes (UTF-8).",
@@ -137,6 +144,24 @@ SETTINGS: tuple[Setting, ...] = (
         kind=float,
         default=60.0,
         help="Seconds a session lease lasts unrenewed (renewed every third of it while the session is loaded).",
+    ),
+    Setting(
+        name="max_history_page_bytes",
+        kind=int,
+        default=4 * MIB,
+        help="Bytes of transcript entries one GetSessionHistory page carries.",
+    ),
+    Setting(
+        name="max_idle_sessions",
+        kind=int,
+        default=1000,
+        help="Idle sessions kept loaded in memory (least recently used evicted first).",
+    ),
+    Setting(
+        name="max_idle_session_bytes",
+        kind=int,
+        default=256 * MIB,
+        help="Estimated bytes of idle loaded sessions (history, system prompt, tool schemas); LRU evicted beyond.",
     ),
     Setting(name="max_model_calls_per_run", kind=int, default=50, help="Model calls one run may make."),
     Setting(name="max_tool_calls_per_run", kind=int, default=200, help="Tool calls one run may make."),
@@ -309,6 +334,9 @@ class ServerSettings:
     store_flush_interval_ms: float = 20.0
     replica_id: str = "local"
     lease_ttl_seconds: float = 60.0
+    max_history_page_bytes: int = 4 * MIB
+    max_idle_sessions: int = 1000
+    max_idle_session_bytes: int = 256 * MIB
     max_model_calls_per_run: int = 50
     max_tool_calls_per_run: int = 200
     run_deadline: float = 1800.0
@@ -372,6 +400,9 @@ class ServerSettings:
             subscriber_buffer=self.subscriber_buffer,
             max_image_bytes=self.max_image_bytes,
             max_message_bytes=self.max_message_bytes,
+            max_history_page_bytes=self.max_history_page_bytes,
+            max_idle_actors=self.max_idle_sessions,
+            max_idle_actor_bytes=self.max_idle_session_bytes,
             shutdown_grace_seconds=self.shutdown_grace,
             workspace_root=Path(self.workspace_dir).resolve(),
             shared_workspace=self.workspace_mode == "shared",
@@ -407,7 +438,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         if setting.name == "anthropic_api_key_file":
             continue  # a path, but kept off the command line with the other secrets' settings
         if setting.kind is bool:
-            parser.add_argument(setting.flag, action="store_const", const=True, default=None, help=setting.help)
+            # `--no-NAME` turns off a setting that defaults to true (or that the environment or file set).
+            parser.add_argument(setting.flag, action=argparse.BooleanOptionalAction, default=None, help=setting.help)
         else:
             parser.add_argument(setting.flag, default=None, help=f"{setting.help} (default {setting.default!r})")
 
@@ -570,6 +602,7 @@ def _validate(settings: ServerSettings) -> None:
         "checkpoint_max_bytes",
         "hook_max_payload_bytes",
         "lease_ttl_seconds",
+        "max_history_page_bytes",
     ):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{name}: must be positive")
@@ -586,8 +619,9 @@ def _validate(settings: ServerSettings) -> None:
         command_user(settings.exec_user)
     except CommandUserError as exc:
         raise ConfigError(str(exc)) from None
-    if settings.web_fetch_max_redirects < 0:
-        raise ConfigError("web_fetch_max_redirects: must not be negative")
+    for name in ("web_fetch_max_redirects", "max_idle_sessions", "max_idle_session_bytes"):
+        if getattr(settings, name) < 0:
+            raise ConfigError(f"{name}: must not be negative")
     for name in ("web_fetch_firecrawl_max_age_ms", "web_fetch_firecrawl_timeout_seconds"):
         if getattr(settings, name) < 0:
             raise ConfigError(f"{name}: must not be negative")
@@ -604,7 +638,7 @@ def settings_table_markdown() -> str:
     """The README's configuration table."""
     rows = ["| setting | flag | environment | default | meaning |", "|---|---|---|---|---|"]
     for s in SETTINGS:
-        flag = "—" if s.name == "anthropic_api_key_file" else f"`{s.flag}`"
+        flag = "—" if s.name == "anthropic_api_key_file" else s.flags
         rows.append(f"| `{s.name}` | {flag} | `{s.env}` | `{s.default!r}` | {s.help} |")
     return "\n".join(rows)
 

@@ -1,5 +1,6 @@
-"""Structured JSON logs (spec 8.2): one object per line with `category`, `tenant`, `session_id`,
-`run_id` and `request_id` when known. Messages pass through the secret scrubber."""
+"""Structured JSON logs: one object per line with `category`, `tenant`, `session_id`, `run_id` and
+`request_id` when known (the ids of the run a line is logged in when the line names none), plus the
+fields of session lines (core/session_log.py). Messages pass through the secret scrubber."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from general_agent_server.core.redaction import redact_text, scrub
+from general_agent_server.core.session_log import run_ids
 from general_agent_server.rpc.interceptors import current_request_id
 
 _FIELDS = ("category", "tenant", "session_id", "run_id", "rpc", "code")
+_IDS = ("tenant", "session_id", "run_id")
+_FREE_TEXT = ("body", "error")
 
 
 class JsonFormatter(logging.Formatter):
@@ -31,6 +35,15 @@ class JsonFormatter(logging.Formatter):
             value = getattr(record, name, None)
             if value:
                 line[name] = value
+        line.setdefault("category", "system")  # a line nothing else categorises is the server's own
+        if "session_id" not in line and (bound := run_ids()) is not None:
+            line.update((k, v) for k, v in zip(_IDS, bound, strict=True) if v)
+        data = getattr(record, "data", None)
+        if data:
+            line.update((k, v) for k, v in data.items() if k not in line)
+            for name in _FREE_TEXT:  # redacted at the source; here also of the keys this process knows
+                if isinstance(line.get(name), str):
+                    line[name] = scrub(str(line[name]), self._secrets)
         request_id = current_request_id()
         if request_id:
             line["request_id"] = request_id
@@ -45,7 +58,11 @@ class ScrubbingTextFormatter(logging.Formatter):
         self._secrets = tuple(secrets)
 
     def format(self, record: logging.LogRecord) -> str:
-        return scrub(super().format(record), self._secrets)
+        text = super().format(record)
+        data = getattr(record, "data", None)
+        if data:
+            text += " " + " ".join(f"{k}={v!r}" for k, v in data.items())
+        return scrub(text, self._secrets)
 
 
 def configure_logging(*, level: str, fmt: str, secrets: Iterable[str]) -> None:
@@ -55,5 +72,5 @@ def configure_logging(*, level: str, fmt: str, secrets: Iterable[str]) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     # The SDKs log request details at DEBUG (headers included); keep them quiet unless asked.
-    for noisy in ("httpx", "httpx2", "anthropic", "aiosqlite", "grpc"):
+    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "anthropic", "aiosqlite", "grpc"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

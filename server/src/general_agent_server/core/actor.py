@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from general_agent_server.core import session_log
 from general_agent_server.core.checkpoints import CheckpointRecorder
 from general_agent_server.core.clock import utcnow
 from general_agent_server.core.content import ContentPart, TextPart
@@ -459,6 +460,7 @@ class SessionActor:
             self.exporter.truncate(self.tenant, self.session_id)
         if transcript:
             self.exporter.append(self.tenant, self.session_id, transcript)
+        session_log.committed(self.tenant, self.session_id, events, transcript)
         if events:
             self.publish(events)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from general_agent_server.core.content import TextPart
@@ -31,13 +32,21 @@ class SessionHooks:
     """The hooks of one session actor. Without a hook runner every method is a cheap no-op."""
 
     def __init__(self, actor: SessionActor, runner: HookRunner | None) -> None:
-        self._actor = actor
+        # Weak: the actor owns its hooks, and a cycle would keep an evicted session's history and prompt in
+        # memory until the cyclic garbage collector happens to run.
+        self._actor_ref = weakref.ref(actor)
         self.runner = runner
         self._dispatch_seq = 0
         # session_start fired in this process (session_end fires only then, as in the seed).
         self.session_started = False
         # The seed's agentId: a subagent child's label, empty for ordinary sessions.
         self.agent_id = ""
+
+    @property
+    def _actor(self) -> SessionActor:
+        actor = self._actor_ref()
+        assert actor is not None, "hooks outlived their session actor"
+        return actor
 
     def wants(self, hooks: frozenset[str]) -> bool:
         if self.runner is None:

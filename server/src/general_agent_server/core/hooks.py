@@ -11,14 +11,15 @@ from __future__ import annotations
 import asyncio
 import enum
 import itertools
+import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from general_agent_server.core import session_log
 from general_agent_server.core.hook_payloads import MessageSelection, shape_event
-
-logger = logging.getLogger(__name__)
 
 JsonObject = dict[str, Any]
 HandlerFn = Callable[[JsonObject, JsonObject], Awaitable[JsonObject | None]]
@@ -295,13 +296,15 @@ class HookRunner:
         self.background: set[asyncio.Task[Any]] = set()
 
     async def _invoke(
-        self, handler: HookHandler, event: JsonObject, context: JsonObject, budget: float | None
+        self, handler: HookHandler, event: JsonObject, context: JsonObject, budget: float | None, tenant: str
     ) -> _Call:
         timeout = handler.timeout if budget is None else max(0.0, min(handler.timeout, budget))
         call = _Call(handler=handler)
+        shaped = shape_event(event, handler.messages)
+        started = time.perf_counter()
         try:
             call.result = await asyncio.wait_for(
-                handler.call(shape_event(event, handler.messages), {**context, "pluginId": handler.plugin_id}),
+                handler.call(shaped, {**context, "pluginId": handler.plugin_id}),
                 timeout,
             )
         except TimeoutError:
@@ -310,14 +313,8 @@ class HookRunner:
             raise
         except Exception as exc:
             call.error = f"{type(exc).__name__}: {exc}"
-        if call.error:
-            logger.warning(
-                "hook %s of plugin %s failed: %s",
-                handler.hook,
-                handler.plugin_id,
-                call.error,
-                extra={"category": "system"},
-            )
+        if session_log.enabled():
+            _log_call(call, shaped, context, tenant, time.perf_counter() - started)
         return call
 
     async def run(
@@ -333,7 +330,7 @@ class HookRunner:
         if hook not in HOOK_KINDS:
             raise ValueError(f"unknown hook {hook!r}")
         handlers = self.registry.handlers(hook, tenant=tenant, session_id=session_id)
-        return await self._run_handlers(hook, handlers, event, context, budget_seconds)
+        return await self._run_handlers(hook, handlers, event, context, budget_seconds, tenant)
 
     async def _run_handlers(
         self,
@@ -342,19 +339,22 @@ class HookRunner:
         event: JsonObject,
         context: JsonObject,
         budget_seconds: float | None,
+        tenant: str = "",
     ) -> HookOutcome:
         if not handlers:
             return HookOutcome(result=None, handler_count=0)
         kind = HOOK_KINDS[hook]
         if kind is HookKind.VOID:
-            observed = await asyncio.gather(*(self._invoke(h, event, context, budget_seconds) for h in handlers))
+            observed = await asyncio.gather(
+                *(self._invoke(h, event, context, budget_seconds, tenant) for h in handlers)
+            )
             return HookOutcome(result=None, handler_count=len(observed), errors=_errors(list(observed)))
         calls: list[_Call] = []
         acc: JsonObject = {}
         contributed = False
         current = dict(event)
         for handler in handlers:
-            call = await self._invoke(handler, current, context, budget_seconds)
+            call = await self._invoke(handler, current, context, budget_seconds, tenant)
             calls.append(call)
             result = call.result
             if call.error:
@@ -390,9 +390,30 @@ class HookRunner:
         handlers = self.registry.handlers(hook, tenant=tenant, session_id=session_id)
         if not handlers:
             return
-        task = asyncio.create_task(self._run_handlers(hook, handlers, event, context, None), name=f"hook-{hook}")
+        task = asyncio.create_task(
+            self._run_handlers(hook, handlers, event, context, None, tenant), name=f"hook-{hook}"
+        )
         self.background.add(task)
         task.add_done_callback(self.background.discard)
+
+
+def _log_call(call: _Call, shaped: JsonObject, context: JsonObject, tenant: str, seconds: float) -> None:
+    """The `hook` line of one handler call: a warning when it failed; the payload and result at DEBUG."""
+    handler = call.handler
+    session_id = str(context.get("sessionId") or "")
+    ids = (tenant, session_id, str(context.get("runId") or "")) if session_id else None
+    session_log.emit(
+        "hook",
+        f"hook {handler.hook} of plugin {handler.plugin_id}" + (" failed" if call.error else ""),
+        ids=ids,
+        body=lambda: json.dumps({"event": shaped, "result": call.result}, ensure_ascii=False, default=str),
+        level=logging.WARNING if call.error else logging.INFO,
+        hook=handler.hook,
+        plugin_id=handler.plugin_id,
+        duration_ms=round(seconds * 1000, 1),
+        status="error" if call.error else "ok",
+        error=call.error,
+    )
 
 
 def _errors(calls: list[_Call]) -> tuple[HandlerError, ...]:

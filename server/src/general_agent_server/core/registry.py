@@ -1,6 +1,8 @@
 """Loads session actors on demand. An idle actor holds no task; the most recently used idle actors stay
-cached (bounded) so the next turn does not re-read the session and its history from the store. Also holds
-the in-memory API key overrides, which are never persisted.
+cached so the next turn does not re-read the session and its history from the store. The cache is bounded
+by count and by the estimated bytes of its sessions (core/footprint.py): least recently used idle actors
+leave first; an actor in use is never evicted. Also holds the in-memory API key overrides, which are never
+persisted.
 
 Every actor in memory holds its session's lease in the store (spec 8.1) under this server's replica id,
 renewed in the background and released when the actor leaves memory, so a second replica sharing the
@@ -11,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from general_agent_server.core.actor import ActiveRun, ActorDeps, SessionActor
 from general_agent_server.core.errors import ErrorCode, ServiceError, session_not_found
+from general_agent_server.core.footprint import SessionFootprint
 from general_agent_server.core.history import HistoryMessage
 from general_agent_server.core.runs import CallStatus
 from general_agent_server.core.session import SessionRecord, SessionState
@@ -33,8 +37,12 @@ class ActorRegistry:
         self._settings = deps.settings
         self._exporter = deps.exporter
         self._actors: dict[_Key, SessionActor] = {}
-        # Idle actors, least recently used first; bounded by settings.max_idle_actors.
+        # Idle actors, least recently used first; bounded by settings.max_idle_actors and, through their
+        # estimated sizes, by settings.max_idle_actor_bytes.
         self._idle: OrderedDict[_Key, SessionActor] = OrderedDict()
+        self._idle_sizes: dict[_Key, int] = {}
+        self.idle_bytes = 0
+        self._footprints: weakref.WeakKeyDictionary[SessionActor, SessionFootprint] = weakref.WeakKeyDictionary()
         self._loading: dict[_Key, asyncio.Future[SessionActor | None]] = {}
         self.memory_keys: dict[_Key, str] = {}
         self._renewer: asyncio.Task[None] | None = None
@@ -83,7 +91,7 @@ class ActorRegistry:
                     # Another replica took an expired lease: this copy is stale, drop it when it is idle.
                     logger.warning("lost the lease of session %s", actor.session_id, extra={"category": "system"})
                     if actor.idle:
-                        self._idle.pop((actor.tenant, actor.session_id), None)
+                        self._unpark((actor.tenant, actor.session_id))
                 except Exception:
                     logger.exception("lease renewal failed", extra={"category": "system"})
 
@@ -116,13 +124,13 @@ class ActorRegistry:
     def forget(self, tenant: str, session_id: str) -> None:
         """The session is gone (deleted): its lease row went with it."""
         self._actors.pop((tenant, session_id), None)
-        self._idle.pop((tenant, session_id), None)
+        self._unpark((tenant, session_id))
         self.memory_keys.pop((tenant, session_id), None)
 
     async def _acquire(self, tenant: str, session_id: str) -> SessionActor:
         key = (tenant, session_id)
         actor = self._actors.get(key)
-        if actor is None and (actor := self._idle.pop(key, None)) is not None:
+        if actor is None and (actor := self._unpark(key)) is not None:
             self._actors[key] = actor
         if actor is None:
             actor = await self._loaded(key)
@@ -164,9 +172,10 @@ class ActorRegistry:
         if record is None:
             return None
         await self.claim(tenant, session_id)
-        history = await self._store.load_history(tenant, session_id)
+        history, stored_bytes = await self._store.load_history_sized(tenant, session_id)
         await self._exporter.reconcile(tenant, session_id, self._store)
         actor = self.new_actor(record, history)
+        self._footprints[actor] = SessionFootprint(history, stored_bytes)
         if record.state is SessionState.SUSPENDED and record.active_run_id:
             await self._restore_suspension(actor)
         return actor
@@ -199,13 +208,29 @@ class ActorRegistry:
 
     def _park(self, actor: SessionActor) -> None:
         key = (actor.tenant, actor.session_id)
+        footprint = self._footprints.get(actor)
+        if footprint is None:
+            footprint = self._footprints[actor] = SessionFootprint()
+        size = footprint.estimate(actor.record.config, actor.history)
+        self._unpark(key)
         self._idle[key] = actor
-        self._idle.move_to_end(key)
-        while len(self._idle) > self._settings.max_idle_actors:
-            _, evicted = self._idle.popitem(last=False)
+        self._idle_sizes[key] = size
+        self.idle_bytes += size
+        settings = self._settings
+        while self._idle and (
+            len(self._idle) > settings.max_idle_actors or self.idle_bytes > settings.max_idle_actor_bytes
+        ):
+            evicted_key, evicted = self._idle.popitem(last=False)
+            self.idle_bytes -= self._idle_sizes.pop(evicted_key)
             task = asyncio.create_task(self._evicted(evicted), name=f"evict-{evicted.session_id}")
             self._background.add(task)
             task.add_done_callback(self._background.discard)
+
+    def _unpark(self, key: _Key) -> SessionActor | None:
+        """Takes an actor out of the idle cache (it is in use again, gone, or stale)."""
+        actor = self._idle.pop(key, None)
+        self.idle_bytes -= self._idle_sizes.pop(key, 0)
+        return actor
 
     async def _evicted(self, actor: SessionActor) -> None:
         """The session object ends here (a later turn loads a new one and fires session_start again)."""

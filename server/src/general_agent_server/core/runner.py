@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from general_agent_server.core import session_log
 from general_agent_server.core.clock import utcnow
 from general_agent_server.core.content import ContentPart, ImagePart, TextPart
 from general_agent_server.core.errors import ErrorCode, ErrorDetail
@@ -248,6 +249,7 @@ class RunDriver:
 
     # ------------------------------------------------------------------ entry points
     async def execute(self) -> None:
+        session_log.bind_run(self.actor.tenant, self.actor.session_id, self.run.run_id)
         try:
             if self._resume_round is not None:
                 self.actor.round = self._resume_round

@@ -27,7 +27,10 @@ class CoreSettings:
     max_history_page_bytes: int = 4 * 1024 * 1024
     shutdown_grace_seconds: float = 10.0
     event_replay_batch: int = 500
+    # The idle-session cache (ActorRegistry): at most this many idle actors, and at most this many
+    # estimated bytes of them (core/footprint.py); least recently used evicted first.
     max_idle_actors: int = 1000
+    max_idle_actor_bytes: int = 256 * 1024 * 1024
     workspace_root: Path = field(default_factory=lambda: Path(".general-agent/workspace"))
     # One workspace (the root itself) for every session instead of <root>/<tenant>/<session_id>.
     shared_workspace: bool = False

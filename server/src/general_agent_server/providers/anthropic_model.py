@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
 import httpx2
 
+from general_agent_server.core import session_log
 from general_agent_server.core.model import (
     Credential,
     MessageComplete,
@@ -26,6 +28,7 @@ from general_agent_server.core.model import (
 )
 from general_agent_server.core.redaction import scrub
 from general_agent_server.core.session import Usage
+from general_agent_server.providers.request_log import log_model_request
 
 
 class _Block:
@@ -89,6 +92,23 @@ class AnthropicModelClient:
             await client.close()
 
     async def stream(self, request: ModelRequest, credential: Credential) -> AsyncIterator[ModelStreamEvent]:
+        """The call's events, and one `model_request` log line when it ends (providers/request_log.py)."""
+        started = time.perf_counter()
+        complete: MessageComplete | None = None
+        error: ModelCallError | None = None
+        try:
+            async for item in self._stream(request, credential):
+                if isinstance(item, MessageComplete):
+                    complete = item
+                yield item
+        except ModelCallError as exc:
+            error = exc
+            raise
+        finally:
+            if session_log.enabled():
+                log_model_request(request, credential, time.perf_counter() - started, complete, error)
+
+    async def _stream(self, request: ModelRequest, credential: Credential) -> AsyncIterator[ModelStreamEvent]:
         params: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_tokens,

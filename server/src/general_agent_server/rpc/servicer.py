@@ -96,8 +96,10 @@ def server_stream(
 
 
 class AgentServicer(api_grpc.AgentServiceServicer):
-    def __init__(self, core: AgentCore) -> None:
+    def __init__(self, core: AgentCore, *, limits: api.ServerLimits) -> None:
         self._core = core
+        # GetServerInfo.limits, built from the server's settings (rpc/server_limits.py).
+        self._limits = limits
 
     # ------------------------------------------------------------------ sessions
     @unary
@@ -339,10 +341,7 @@ class AgentServicer(api_grpc.AgentServiceServicer):
             api_version=general_agent_server.API_VERSION,
             capabilities=list(CAPABILITIES),
             default_model_ref=settings.default_model_ref,
-            limits=api.ServerLimits(
-                max_image_bytes=settings.max_image_bytes,
-                max_message_bytes=settings.max_message_bytes,
-            ),
+            limits=self._limits,
         )
 
     # ------------------------------------------------------------------ later capabilities

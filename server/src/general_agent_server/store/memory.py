@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TypeVar
 
+from general_agent_server.core import codec
 from general_agent_server.core.checkpoints import Checkpoint, CheckpointInfo
 from general_agent_server.core.events import SequencedEvent
 from general_agent_server.core.history import HistoryMessage
@@ -118,6 +119,10 @@ class InMemorySessionStore:
     async def load_history(self, tenant: str, session_id: str) -> list[HistoryMessage]:
         messages = self._tables().history.get((tenant, session_id), {})
         return await self._read([messages[i] for i in sorted(messages)])
+
+    async def load_history_sized(self, tenant: str, session_id: str) -> tuple[list[HistoryMessage], int]:
+        messages = await self.load_history(tenant, session_id)
+        return messages, sum(len(codec.HISTORY_MESSAGE.dumps(m)) for m in messages)
 
     async def read_transcript(
         self, tenant: str, session_id: str, *, after_entry_id: int, limit: int

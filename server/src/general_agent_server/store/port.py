@@ -170,6 +170,11 @@ class SessionLogReader(Protocol):
         """The whole history in index order."""
         ...
 
+    async def load_history_sized(self, tenant: str, session_id: str) -> tuple[list[HistoryMessage], int]:
+        """The history and its size as stored (characters of its serialised messages), which sizes the
+        session in the idle-session cache without walking the messages."""
+        ...
+
     async def read_transcript(
         self, tenant: str, session_id: str, *, after_entry_id: int, limit: int
     ) -> list[TranscriptEntry]:

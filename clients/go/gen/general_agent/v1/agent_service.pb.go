@@ -4562,7 +4562,9 @@ func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
 	return file_general_agent_v1_agent_service_proto_rawDescGZIP(), []int{73}
 }
 
-// Server limits in force.
+// Server limits in force, each the value of the server setting it is named
+// after (README, Configuration). 0, or an unset duration, means the server
+// enforces no such limit.
 type ServerLimits struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Per run.
@@ -4587,6 +4589,44 @@ type ServerLimits struct {
 	MaxMessageBytes int64 `protobuf:"varint,10,opt,name=max_message_bytes,json=maxMessageBytes,proto3" json:"max_message_bytes,omitempty"`
 	// Events retained per session.
 	EventRetentionCount int64 `protobuf:"varint,11,opt,name=event_retention_count,json=eventRetentionCount,proto3" json:"event_retention_count,omitempty"`
+	// Upper bound on any hosted call deadline.
+	HostedCallTimeoutMax *durationpb.Duration `protobuf:"bytes,12,opt,name=hosted_call_timeout_max,json=hostedCallTimeoutMax,proto3" json:"hosted_call_timeout_max,omitempty"`
+	// How long an ENQUEUE turn waits before ABORTED.
+	EnqueueTimeout *durationpb.Duration `protobuf:"bytes,13,opt,name=enqueue_timeout,json=enqueueTimeout,proto3" json:"enqueue_timeout,omitempty"`
+	// How long events are retained per session.
+	EventRetention *durationpb.Duration `protobuf:"bytes,14,opt,name=event_retention,json=eventRetention,proto3" json:"event_retention,omitempty"`
+	// Upper bound on max_tokens of any model call.
+	MaxTokensCap int32 `protobuf:"varint,15,opt,name=max_tokens_cap,json=maxTokensCap,proto3" json:"max_tokens_cap,omitempty"`
+	// Bytes of transcript entries one GetSessionHistory page carries.
+	MaxHistoryPageBytes int64 `protobuf:"varint,16,opt,name=max_history_page_bytes,json=maxHistoryPageBytes,proto3" json:"max_history_page_bytes,omitempty"`
+	// Events buffered per stream before SLOW_CONSUMER.
+	SubscriberBuffer int32 `protobuf:"varint,17,opt,name=subscriber_buffer,json=subscriberBuffer,proto3" json:"subscriber_buffer,omitempty"`
+	// Default time a local tool may run.
+	ToolTimeout *durationpb.Duration `protobuf:"bytes,18,opt,name=tool_timeout,json=toolTimeout,proto3" json:"tool_timeout,omitempty"`
+	// Characters of tool output kept (the rest is cut, with a notice).
+	MaxToolOutputChars int64 `protobuf:"varint,19,opt,name=max_tool_output_chars,json=maxToolOutputChars,proto3" json:"max_tool_output_chars,omitempty"`
+	// Default time an exec command may run.
+	ExecTimeout *durationpb.Duration `protobuf:"bytes,20,opt,name=exec_timeout,json=execTimeout,proto3" json:"exec_timeout,omitempty"`
+	// Largest timeout an exec call may ask for.
+	ExecTimeoutMax *durationpb.Duration `protobuf:"bytes,21,opt,name=exec_timeout_max,json=execTimeoutMax,proto3" json:"exec_timeout_max,omitempty"`
+	// File checkpoints kept per session.
+	CheckpointMaxCount int32 `protobuf:"varint,22,opt,name=checkpoint_max_count,json=checkpointMaxCount,proto3" json:"checkpoint_max_count,omitempty"`
+	// Bytes of prior file contents kept in checkpoints per session.
+	CheckpointMaxBytes int64 `protobuf:"varint,23,opt,name=checkpoint_max_bytes,json=checkpointMaxBytes,proto3" json:"checkpoint_max_bytes,omitempty"`
+	// Bytes of message history one remote hook call carries.
+	HookMaxPayloadBytes int64 `protobuf:"varint,24,opt,name=hook_max_payload_bytes,json=hookMaxPayloadBytes,proto3" json:"hook_max_payload_bytes,omitempty"`
+	// Upper bound on web_fetch maxChars.
+	WebFetchMaxCharsCap int32 `protobuf:"varint,25,opt,name=web_fetch_max_chars_cap,json=webFetchMaxCharsCap,proto3" json:"web_fetch_max_chars_cap,omitempty"`
+	// Bytes of a response body web_fetch reads.
+	WebFetchMaxResponseBytes int64 `protobuf:"varint,26,opt,name=web_fetch_max_response_bytes,json=webFetchMaxResponseBytes,proto3" json:"web_fetch_max_response_bytes,omitempty"`
+	// Time web_fetch waits for one request.
+	WebFetchTimeout *durationpb.Duration `protobuf:"bytes,27,opt,name=web_fetch_timeout,json=webFetchTimeout,proto3" json:"web_fetch_timeout,omitempty"`
+	// Redirects web_fetch follows.
+	WebFetchMaxRedirects int32 `protobuf:"varint,28,opt,name=web_fetch_max_redirects,json=webFetchMaxRedirects,proto3" json:"web_fetch_max_redirects,omitempty"`
+	// Idle sessions the server keeps loaded in memory.
+	MaxIdleSessions int32 `protobuf:"varint,29,opt,name=max_idle_sessions,json=maxIdleSessions,proto3" json:"max_idle_sessions,omitempty"`
+	// Estimated bytes of idle sessions the server keeps loaded in memory.
+	MaxIdleSessionBytes int64 `protobuf:"varint,30,opt,name=max_idle_session_bytes,json=maxIdleSessionBytes,proto3" json:"max_idle_session_bytes,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -4694,6 +4734,139 @@ func (x *ServerLimits) GetMaxMessageBytes() int64 {
 func (x *ServerLimits) GetEventRetentionCount() int64 {
 	if x != nil {
 		return x.EventRetentionCount
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetHostedCallTimeoutMax() *durationpb.Duration {
+	if x != nil {
+		return x.HostedCallTimeoutMax
+	}
+	return nil
+}
+
+func (x *ServerLimits) GetEnqueueTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.EnqueueTimeout
+	}
+	return nil
+}
+
+func (x *ServerLimits) GetEventRetention() *durationpb.Duration {
+	if x != nil {
+		return x.EventRetention
+	}
+	return nil
+}
+
+func (x *ServerLimits) GetMaxTokensCap() int32 {
+	if x != nil {
+		return x.MaxTokensCap
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetMaxHistoryPageBytes() int64 {
+	if x != nil {
+		return x.MaxHistoryPageBytes
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetSubscriberBuffer() int32 {
+	if x != nil {
+		return x.SubscriberBuffer
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetToolTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.ToolTimeout
+	}
+	return nil
+}
+
+func (x *ServerLimits) GetMaxToolOutputChars() int64 {
+	if x != nil {
+		return x.MaxToolOutputChars
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetExecTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.ExecTimeout
+	}
+	return nil
+}
+
+func (x *ServerLimits) GetExecTimeoutMax() *durationpb.Duration {
+	if x != nil {
+		return x.ExecTimeoutMax
+	}
+	return nil
+}
+
+func (x *ServerLimits) GetCheckpointMaxCount() int32 {
+	if x != nil {
+		return x.CheckpointMaxCount
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetCheckpointMaxBytes() int64 {
+	if x != nil {
+		return x.CheckpointMaxBytes
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetHookMaxPayloadBytes() int64 {
+	if x != nil {
+		return x.HookMaxPayloadBytes
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetWebFetchMaxCharsCap() int32 {
+	if x != nil {
+		return x.WebFetchMaxCharsCap
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetWebFetchMaxResponseBytes() int64 {
+	if x != nil {
+		return x.WebFetchMaxResponseBytes
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetWebFetchTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.WebFetchTimeout
+	}
+	return nil
+}
+
+func (x *ServerLimits) GetWebFetchMaxRedirects() int32 {
+	if x != nil {
+		return x.WebFetchMaxRedirects
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetMaxIdleSessions() int32 {
+	if x != nil {
+		return x.MaxIdleSessions
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetMaxIdleSessionBytes() int64 {
+	if x != nil {
+		return x.MaxIdleSessionBytes
 	}
 	return 0
 }
@@ -5094,7 +5267,7 @@ const file_general_agent_v1_agent_service_proto_rawDesc = "" +
 	"\x06result\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x06result\x12#\n" +
 	"\rhandler_count\x18\x02 \x01(\x05R\fhandlerCount\x12I\n" +
 	"\x0ehandler_errors\x18\x03 \x03(\v2\".general_agent.v1.HookHandlerErrorR\rhandlerErrors\"\x16\n" +
-	"\x14GetServerInfoRequest\"\xef\x04\n" +
+	"\x14GetServerInfoRequest\"\xb3\r\n" +
 	"\fServerLimits\x124\n" +
 	"\x17max_model_calls_per_run\x18\x01 \x01(\x05R\x13maxModelCallsPerRun\x122\n" +
 	"\x16max_tool_calls_per_run\x18\x02 \x01(\x05R\x12maxToolCallsPerRun\x12<\n" +
@@ -5107,7 +5280,26 @@ const file_general_agent_v1_agent_service_proto_rawDesc = "" +
 	"\x0fmax_image_bytes\x18\t \x01(\x03R\rmaxImageBytes\x12*\n" +
 	"\x11max_message_bytes\x18\n" +
 	" \x01(\x03R\x0fmaxMessageBytes\x122\n" +
-	"\x15event_retention_count\x18\v \x01(\x03R\x13eventRetentionCount\"\xda\x01\n" +
+	"\x15event_retention_count\x18\v \x01(\x03R\x13eventRetentionCount\x12P\n" +
+	"\x17hosted_call_timeout_max\x18\f \x01(\v2\x19.google.protobuf.DurationR\x14hostedCallTimeoutMax\x12B\n" +
+	"\x0fenqueue_timeout\x18\r \x01(\v2\x19.google.protobuf.DurationR\x0eenqueueTimeout\x12B\n" +
+	"\x0fevent_retention\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\x0eeventRetention\x12$\n" +
+	"\x0emax_tokens_cap\x18\x0f \x01(\x05R\fmaxTokensCap\x123\n" +
+	"\x16max_history_page_bytes\x18\x10 \x01(\x03R\x13maxHistoryPageBytes\x12+\n" +
+	"\x11subscriber_buffer\x18\x11 \x01(\x05R\x10subscriberBuffer\x12<\n" +
+	"\ftool_timeout\x18\x12 \x01(\v2\x19.google.protobuf.DurationR\vtoolTimeout\x121\n" +
+	"\x15max_tool_output_chars\x18\x13 \x01(\x03R\x12maxToolOutputChars\x12<\n" +
+	"\fexec_timeout\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\vexecTimeout\x12C\n" +
+	"\x10exec_timeout_max\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\x0eexecTimeoutMax\x120\n" +
+	"\x14checkpoint_max_count\x18\x16 \x01(\x05R\x12checkpointMaxCount\x120\n" +
+	"\x14checkpoint_max_bytes\x18\x17 \x01(\x03R\x12checkpointMaxBytes\x123\n" +
+	"\x16hook_max_payload_bytes\x18\x18 \x01(\x03R\x13hookMaxPayloadBytes\x124\n" +
+	"\x17web_fetch_max_chars_cap\x18\x19 \x01(\x05R\x13webFetchMaxCharsCap\x12>\n" +
+	"\x1cweb_fetch_max_response_bytes\x18\x1a \x01(\x03R\x18webFetchMaxResponseBytes\x12E\n" +
+	"\x11web_fetch_timeout\x18\x1b \x01(\v2\x19.google.protobuf.DurationR\x0fwebFetchTimeout\x125\n" +
+	"\x17web_fetch_max_redirects\x18\x1c \x01(\x05R\x14webFetchMaxRedirects\x12*\n" +
+	"\x11max_idle_sessions\x18\x1d \x01(\x05R\x0fmaxIdleSessions\x123\n" +
+	"\x16max_idle_session_bytes\x18\x1e \x01(\x03R\x13maxIdleSessionBytes\"\xda\x01\n" +
 	"\x15GetServerInfoResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1f\n" +
 	"\vapi_version\x18\x02 \x01(\tR\n" +
@@ -5348,76 +5540,83 @@ var file_general_agent_v1_agent_service_proto_depIdxs = []int32{
 	91,  // 65: general_agent.v1.ServerLimits.run_deadline:type_name -> google.protobuf.Duration
 	91,  // 66: general_agent.v1.ServerLimits.model_request_timeout:type_name -> google.protobuf.Duration
 	91,  // 67: general_agent.v1.ServerLimits.hosted_call_timeout:type_name -> google.protobuf.Duration
-	76,  // 68: general_agent.v1.GetServerInfoResponse.limits:type_name -> general_agent.v1.ServerLimits
-	99,  // 69: general_agent.v1.SetMcpServersRequest.ServersEntry.value:type_name -> general_agent.v1.McpServerConfig
-	99,  // 70: general_agent.v1.GetMcpServersResponse.ServersEntry.value:type_name -> general_agent.v1.McpServerConfig
-	3,   // 71: general_agent.v1.AgentService.CreateSession:input_type -> general_agent.v1.CreateSessionRequest
-	5,   // 72: general_agent.v1.AgentService.GetSession:input_type -> general_agent.v1.GetSessionRequest
-	7,   // 73: general_agent.v1.AgentService.ListSessions:input_type -> general_agent.v1.ListSessionsRequest
-	9,   // 74: general_agent.v1.AgentService.DeleteSession:input_type -> general_agent.v1.DeleteSessionRequest
-	11,  // 75: general_agent.v1.AgentService.ResumeSession:input_type -> general_agent.v1.ResumeSessionRequest
-	13,  // 76: general_agent.v1.AgentService.ContinueSession:input_type -> general_agent.v1.ContinueSessionRequest
-	15,  // 77: general_agent.v1.AgentService.ForkSession:input_type -> general_agent.v1.ForkSessionRequest
-	17,  // 78: general_agent.v1.AgentService.ResetSession:input_type -> general_agent.v1.ResetSessionRequest
-	19,  // 79: general_agent.v1.AgentService.GetSessionHistory:input_type -> general_agent.v1.GetSessionHistoryRequest
-	21,  // 80: general_agent.v1.AgentService.StreamTurn:input_type -> general_agent.v1.StreamTurnRequest
-	23,  // 81: general_agent.v1.AgentService.SubmitHostedToolResult:input_type -> general_agent.v1.SubmitHostedToolResultRequest
-	25,  // 82: general_agent.v1.AgentService.RunSession:input_type -> general_agent.v1.RunSessionRequest
-	37,  // 83: general_agent.v1.AgentService.WatchSession:input_type -> general_agent.v1.WatchSessionRequest
-	39,  // 84: general_agent.v1.AgentService.InjectMessage:input_type -> general_agent.v1.InjectMessageRequest
-	41,  // 85: general_agent.v1.AgentService.RequestStop:input_type -> general_agent.v1.RequestStopRequest
-	43,  // 86: general_agent.v1.AgentService.ClearStop:input_type -> general_agent.v1.ClearStopRequest
-	45,  // 87: general_agent.v1.AgentService.CancelRun:input_type -> general_agent.v1.CancelRunRequest
-	48,  // 88: general_agent.v1.AgentService.RequestCompaction:input_type -> general_agent.v1.RequestCompactionRequest
-	50,  // 89: general_agent.v1.AgentService.MaybeCompactByTokens:input_type -> general_agent.v1.MaybeCompactByTokensRequest
-	52,  // 90: general_agent.v1.AgentService.GetUsage:input_type -> general_agent.v1.GetUsageRequest
-	54,  // 91: general_agent.v1.AgentService.ListCheckpoints:input_type -> general_agent.v1.ListCheckpointsRequest
-	56,  // 92: general_agent.v1.AgentService.RestoreCheckpoint:input_type -> general_agent.v1.RestoreCheckpointRequest
-	58,  // 93: general_agent.v1.AgentService.SetMcpServers:input_type -> general_agent.v1.SetMcpServersRequest
-	60,  // 94: general_agent.v1.AgentService.GetMcpServers:input_type -> general_agent.v1.GetMcpServersRequest
-	62,  // 95: general_agent.v1.AgentService.ToggleMcpServer:input_type -> general_agent.v1.ToggleMcpServerRequest
-	64,  // 96: general_agent.v1.AgentService.GetMcpStatus:input_type -> general_agent.v1.GetMcpStatusRequest
-	66,  // 97: general_agent.v1.AgentService.RegisterHooks:input_type -> general_agent.v1.RegisterHooksRequest
-	68,  // 98: general_agent.v1.AgentService.UnregisterHooks:input_type -> general_agent.v1.UnregisterHooksRequest
-	70,  // 99: general_agent.v1.AgentService.ListHookRegistrations:input_type -> general_agent.v1.ListHookRegistrationsRequest
-	72,  // 100: general_agent.v1.AgentService.EmitHook:input_type -> general_agent.v1.EmitHookRequest
-	75,  // 101: general_agent.v1.AgentService.GetServerInfo:input_type -> general_agent.v1.GetServerInfoRequest
-	4,   // 102: general_agent.v1.AgentService.CreateSession:output_type -> general_agent.v1.CreateSessionResponse
-	6,   // 103: general_agent.v1.AgentService.GetSession:output_type -> general_agent.v1.GetSessionResponse
-	8,   // 104: general_agent.v1.AgentService.ListSessions:output_type -> general_agent.v1.ListSessionsResponse
-	10,  // 105: general_agent.v1.AgentService.DeleteSession:output_type -> general_agent.v1.DeleteSessionResponse
-	12,  // 106: general_agent.v1.AgentService.ResumeSession:output_type -> general_agent.v1.ResumeSessionResponse
-	14,  // 107: general_agent.v1.AgentService.ContinueSession:output_type -> general_agent.v1.ContinueSessionResponse
-	16,  // 108: general_agent.v1.AgentService.ForkSession:output_type -> general_agent.v1.ForkSessionResponse
-	18,  // 109: general_agent.v1.AgentService.ResetSession:output_type -> general_agent.v1.ResetSessionResponse
-	20,  // 110: general_agent.v1.AgentService.GetSessionHistory:output_type -> general_agent.v1.GetSessionHistoryResponse
-	22,  // 111: general_agent.v1.AgentService.StreamTurn:output_type -> general_agent.v1.StreamTurnResponse
-	24,  // 112: general_agent.v1.AgentService.SubmitHostedToolResult:output_type -> general_agent.v1.SubmitHostedToolResultResponse
-	34,  // 113: general_agent.v1.AgentService.RunSession:output_type -> general_agent.v1.RunSessionResponse
-	38,  // 114: general_agent.v1.AgentService.WatchSession:output_type -> general_agent.v1.WatchSessionResponse
-	40,  // 115: general_agent.v1.AgentService.InjectMessage:output_type -> general_agent.v1.InjectMessageResponse
-	42,  // 116: general_agent.v1.AgentService.RequestStop:output_type -> general_agent.v1.RequestStopResponse
-	44,  // 117: general_agent.v1.AgentService.ClearStop:output_type -> general_agent.v1.ClearStopResponse
-	46,  // 118: general_agent.v1.AgentService.CancelRun:output_type -> general_agent.v1.CancelRunResponse
-	49,  // 119: general_agent.v1.AgentService.RequestCompaction:output_type -> general_agent.v1.RequestCompactionResponse
-	51,  // 120: general_agent.v1.AgentService.MaybeCompactByTokens:output_type -> general_agent.v1.MaybeCompactByTokensResponse
-	53,  // 121: general_agent.v1.AgentService.GetUsage:output_type -> general_agent.v1.GetUsageResponse
-	55,  // 122: general_agent.v1.AgentService.ListCheckpoints:output_type -> general_agent.v1.ListCheckpointsResponse
-	57,  // 123: general_agent.v1.AgentService.RestoreCheckpoint:output_type -> general_agent.v1.RestoreCheckpointResponse
-	59,  // 124: general_agent.v1.AgentService.SetMcpServers:output_type -> general_agent.v1.SetMcpServersResponse
-	61,  // 125: general_agent.v1.AgentService.GetMcpServers:output_type -> general_agent.v1.GetMcpServersResponse
-	63,  // 126: general_agent.v1.AgentService.ToggleMcpServer:output_type -> general_agent.v1.ToggleMcpServerResponse
-	65,  // 127: general_agent.v1.AgentService.GetMcpStatus:output_type -> general_agent.v1.GetMcpStatusResponse
-	67,  // 128: general_agent.v1.AgentService.RegisterHooks:output_type -> general_agent.v1.RegisterHooksResponse
-	69,  // 129: general_agent.v1.AgentService.UnregisterHooks:output_type -> general_agent.v1.UnregisterHooksResponse
-	71,  // 130: general_agent.v1.AgentService.ListHookRegistrations:output_type -> general_agent.v1.ListHookRegistrationsResponse
-	74,  // 131: general_agent.v1.AgentService.EmitHook:output_type -> general_agent.v1.EmitHookResponse
-	77,  // 132: general_agent.v1.AgentService.GetServerInfo:output_type -> general_agent.v1.GetServerInfoResponse
-	102, // [102:133] is the sub-list for method output_type
-	71,  // [71:102] is the sub-list for method input_type
-	71,  // [71:71] is the sub-list for extension type_name
-	71,  // [71:71] is the sub-list for extension extendee
-	0,   // [0:71] is the sub-list for field type_name
+	91,  // 68: general_agent.v1.ServerLimits.hosted_call_timeout_max:type_name -> google.protobuf.Duration
+	91,  // 69: general_agent.v1.ServerLimits.enqueue_timeout:type_name -> google.protobuf.Duration
+	91,  // 70: general_agent.v1.ServerLimits.event_retention:type_name -> google.protobuf.Duration
+	91,  // 71: general_agent.v1.ServerLimits.tool_timeout:type_name -> google.protobuf.Duration
+	91,  // 72: general_agent.v1.ServerLimits.exec_timeout:type_name -> google.protobuf.Duration
+	91,  // 73: general_agent.v1.ServerLimits.exec_timeout_max:type_name -> google.protobuf.Duration
+	91,  // 74: general_agent.v1.ServerLimits.web_fetch_timeout:type_name -> google.protobuf.Duration
+	76,  // 75: general_agent.v1.GetServerInfoResponse.limits:type_name -> general_agent.v1.ServerLimits
+	99,  // 76: general_agent.v1.SetMcpServersRequest.ServersEntry.value:type_name -> general_agent.v1.McpServerConfig
+	99,  // 77: general_agent.v1.GetMcpServersResponse.ServersEntry.value:type_name -> general_agent.v1.McpServerConfig
+	3,   // 78: general_agent.v1.AgentService.CreateSession:input_type -> general_agent.v1.CreateSessionRequest
+	5,   // 79: general_agent.v1.AgentService.GetSession:input_type -> general_agent.v1.GetSessionRequest
+	7,   // 80: general_agent.v1.AgentService.ListSessions:input_type -> general_agent.v1.ListSessionsRequest
+	9,   // 81: general_agent.v1.AgentService.DeleteSession:input_type -> general_agent.v1.DeleteSessionRequest
+	11,  // 82: general_agent.v1.AgentService.ResumeSession:input_type -> general_agent.v1.ResumeSessionRequest
+	13,  // 83: general_agent.v1.AgentService.ContinueSession:input_type -> general_agent.v1.ContinueSessionRequest
+	15,  // 84: general_agent.v1.AgentService.ForkSession:input_type -> general_agent.v1.ForkSessionRequest
+	17,  // 85: general_agent.v1.AgentService.ResetSession:input_type -> general_agent.v1.ResetSessionRequest
+	19,  // 86: general_agent.v1.AgentService.GetSessionHistory:input_type -> general_agent.v1.GetSessionHistoryRequest
+	21,  // 87: general_agent.v1.AgentService.StreamTurn:input_type -> general_agent.v1.StreamTurnRequest
+	23,  // 88: general_agent.v1.AgentService.SubmitHostedToolResult:input_type -> general_agent.v1.SubmitHostedToolResultRequest
+	25,  // 89: general_agent.v1.AgentService.RunSession:input_type -> general_agent.v1.RunSessionRequest
+	37,  // 90: general_agent.v1.AgentService.WatchSession:input_type -> general_agent.v1.WatchSessionRequest
+	39,  // 91: general_agent.v1.AgentService.InjectMessage:input_type -> general_agent.v1.InjectMessageRequest
+	41,  // 92: general_agent.v1.AgentService.RequestStop:input_type -> general_agent.v1.RequestStopRequest
+	43,  // 93: general_agent.v1.AgentService.ClearStop:input_type -> general_agent.v1.ClearStopRequest
+	45,  // 94: general_agent.v1.AgentService.CancelRun:input_type -> general_agent.v1.CancelRunRequest
+	48,  // 95: general_agent.v1.AgentService.RequestCompaction:input_type -> general_agent.v1.RequestCompactionRequest
+	50,  // 96: general_agent.v1.AgentService.MaybeCompactByTokens:input_type -> general_agent.v1.MaybeCompactByTokensRequest
+	52,  // 97: general_agent.v1.AgentService.GetUsage:input_type -> general_agent.v1.GetUsageRequest
+	54,  // 98: general_agent.v1.AgentService.ListCheckpoints:input_type -> general_agent.v1.ListCheckpointsRequest
+	56,  // 99: general_agent.v1.AgentService.RestoreCheckpoint:input_type -> general_agent.v1.RestoreCheckpointRequest
+	58,  // 100: general_agent.v1.AgentService.SetMcpServers:input_type -> general_agent.v1.SetMcpServersRequest
+	60,  // 101: general_agent.v1.AgentService.GetMcpServers:input_type -> general_agent.v1.GetMcpServersRequest
+	62,  // 102: general_agent.v1.AgentService.ToggleMcpServer:input_type -> general_agent.v1.ToggleMcpServerRequest
+	64,  // 103: general_agent.v1.AgentService.GetMcpStatus:input_type -> general_agent.v1.GetMcpStatusRequest
+	66,  // 104: general_agent.v1.AgentService.RegisterHooks:input_type -> general_agent.v1.RegisterHooksRequest
+	68,  // 105: general_agent.v1.AgentService.UnregisterHooks:input_type -> general_agent.v1.UnregisterHooksRequest
+	70,  // 106: general_agent.v1.AgentService.ListHookRegistrations:input_type -> general_agent.v1.ListHookRegistrationsRequest
+	72,  // 107: general_agent.v1.AgentService.EmitHook:input_type -> general_agent.v1.EmitHookRequest
+	75,  // 108: general_agent.v1.AgentService.GetServerInfo:input_type -> general_agent.v1.GetServerInfoRequest
+	4,   // 109: general_agent.v1.AgentService.CreateSession:output_type -> general_agent.v1.CreateSessionResponse
+	6,   // 110: general_agent.v1.AgentService.GetSession:output_type -> general_agent.v1.GetSessionResponse
+	8,   // 111: general_agent.v1.AgentService.ListSessions:output_type -> general_agent.v1.ListSessionsResponse
+	10,  // 112: general_agent.v1.AgentService.DeleteSession:output_type -> general_agent.v1.DeleteSessionResponse
+	12,  // 113: general_agent.v1.AgentService.ResumeSession:output_type -> general_agent.v1.ResumeSessionResponse
+	14,  // 114: general_agent.v1.AgentService.ContinueSession:output_type -> general_agent.v1.ContinueSessionResponse
+	16,  // 115: general_agent.v1.AgentService.ForkSession:output_type -> general_agent.v1.ForkSessionResponse
+	18,  // 116: general_agent.v1.AgentService.ResetSession:output_type -> general_agent.v1.ResetSessionResponse
+	20,  // 117: general_agent.v1.AgentService.GetSessionHistory:output_type -> general_agent.v1.GetSessionHistoryResponse
+	22,  // 118: general_agent.v1.AgentService.StreamTurn:output_type -> general_agent.v1.StreamTurnResponse
+	24,  // 119: general_agent.v1.AgentService.SubmitHostedToolResult:output_type -> general_agent.v1.SubmitHostedToolResultResponse
+	34,  // 120: general_agent.v1.AgentService.RunSession:output_type -> general_agent.v1.RunSessionResponse
+	38,  // 121: general_agent.v1.AgentService.WatchSession:output_type -> general_agent.v1.WatchSessionResponse
+	40,  // 122: general_agent.v1.AgentService.InjectMessage:output_type -> general_agent.v1.InjectMessageResponse
+	42,  // 123: general_agent.v1.AgentService.RequestStop:output_type -> general_agent.v1.RequestStopResponse
+	44,  // 124: general_agent.v1.AgentService.ClearStop:output_type -> general_agent.v1.ClearStopResponse
+	46,  // 125: general_agent.v1.AgentService.CancelRun:output_type -> general_agent.v1.CancelRunResponse
+	49,  // 126: general_agent.v1.AgentService.RequestCompaction:output_type -> general_agent.v1.RequestCompactionResponse
+	51,  // 127: general_agent.v1.AgentService.MaybeCompactByTokens:output_type -> general_agent.v1.MaybeCompactByTokensResponse
+	53,  // 128: general_agent.v1.AgentService.GetUsage:output_type -> general_agent.v1.GetUsageResponse
+	55,  // 129: general_agent.v1.AgentService.ListCheckpoints:output_type -> general_agent.v1.ListCheckpointsResponse
+	57,  // 130: general_agent.v1.AgentService.RestoreCheckpoint:output_type -> general_agent.v1.RestoreCheckpointResponse
+	59,  // 131: general_agent.v1.AgentService.SetMcpServers:output_type -> general_agent.v1.SetMcpServersResponse
+	61,  // 132: general_agent.v1.AgentService.GetMcpServers:output_type -> general_agent.v1.GetMcpServersResponse
+	63,  // 133: general_agent.v1.AgentService.ToggleMcpServer:output_type -> general_agent.v1.ToggleMcpServerResponse
+	65,  // 134: general_agent.v1.AgentService.GetMcpStatus:output_type -> general_agent.v1.GetMcpStatusResponse
+	67,  // 135: general_agent.v1.AgentService.RegisterHooks:output_type -> general_agent.v1.RegisterHooksResponse
+	69,  // 136: general_agent.v1.AgentService.UnregisterHooks:output_type -> general_agent.v1.UnregisterHooksResponse
+	71,  // 137: general_agent.v1.AgentService.ListHookRegistrations:output_type -> general_agent.v1.ListHookRegistrationsResponse
+	74,  // 138: general_agent.v1.AgentService.EmitHook:output_type -> general_agent.v1.EmitHookResponse
+	77,  // 139: general_agent.v1.AgentService.GetServerInfo:output_type -> general_agent.v1.GetServerInfoResponse
+	109, // [109:140] is the sub-list for method output_type
+	78,  // [78:109] is the sub-list for method input_type
+	78,  // [78:78] is the sub-list for extension type_name
+	78,  // [78:78] is the sub-list for extension extendee
+	0,   // [0:78] is the sub-list for field type_name
 }
 
 func init() { file_general_agent_v1_agent_service_proto_init() }

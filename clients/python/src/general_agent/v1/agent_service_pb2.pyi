@@ -2283,7 +2283,10 @@ Global___GetServerInfoRequest: _TypeAlias = GetServerInfoRequest  # noqa: Y015
 
 @_typing.final
 class ServerLimits(_message.Message):
-    """Server limits in force."""
+    """Server limits in force, each the value of the server setting it is named
+    after (README, Configuration). 0, or an unset duration, means the server
+    enforces no such limit.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -2298,6 +2301,25 @@ class ServerLimits(_message.Message):
     MAX_IMAGE_BYTES_FIELD_NUMBER: _builtins.int
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _builtins.int
     EVENT_RETENTION_COUNT_FIELD_NUMBER: _builtins.int
+    HOSTED_CALL_TIMEOUT_MAX_FIELD_NUMBER: _builtins.int
+    ENQUEUE_TIMEOUT_FIELD_NUMBER: _builtins.int
+    EVENT_RETENTION_FIELD_NUMBER: _builtins.int
+    MAX_TOKENS_CAP_FIELD_NUMBER: _builtins.int
+    MAX_HISTORY_PAGE_BYTES_FIELD_NUMBER: _builtins.int
+    SUBSCRIBER_BUFFER_FIELD_NUMBER: _builtins.int
+    TOOL_TIMEOUT_FIELD_NUMBER: _builtins.int
+    MAX_TOOL_OUTPUT_CHARS_FIELD_NUMBER: _builtins.int
+    EXEC_TIMEOUT_FIELD_NUMBER: _builtins.int
+    EXEC_TIMEOUT_MAX_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_MAX_COUNT_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_MAX_BYTES_FIELD_NUMBER: _builtins.int
+    HOOK_MAX_PAYLOAD_BYTES_FIELD_NUMBER: _builtins.int
+    WEB_FETCH_MAX_CHARS_CAP_FIELD_NUMBER: _builtins.int
+    WEB_FETCH_MAX_RESPONSE_BYTES_FIELD_NUMBER: _builtins.int
+    WEB_FETCH_TIMEOUT_FIELD_NUMBER: _builtins.int
+    WEB_FETCH_MAX_REDIRECTS_FIELD_NUMBER: _builtins.int
+    MAX_IDLE_SESSIONS_FIELD_NUMBER: _builtins.int
+    MAX_IDLE_SESSION_BYTES_FIELD_NUMBER: _builtins.int
     max_model_calls_per_run: _builtins.int
     """Per run."""
     max_tool_calls_per_run: _builtins.int
@@ -2314,6 +2336,30 @@ class ServerLimits(_message.Message):
     """Largest user message."""
     event_retention_count: _builtins.int
     """Events retained per session."""
+    max_tokens_cap: _builtins.int
+    """Upper bound on max_tokens of any model call."""
+    max_history_page_bytes: _builtins.int
+    """Bytes of transcript entries one GetSessionHistory page carries."""
+    subscriber_buffer: _builtins.int
+    """Events buffered per stream before SLOW_CONSUMER."""
+    max_tool_output_chars: _builtins.int
+    """Characters of tool output kept (the rest is cut, with a notice)."""
+    checkpoint_max_count: _builtins.int
+    """File checkpoints kept per session."""
+    checkpoint_max_bytes: _builtins.int
+    """Bytes of prior file contents kept in checkpoints per session."""
+    hook_max_payload_bytes: _builtins.int
+    """Bytes of message history one remote hook call carries."""
+    web_fetch_max_chars_cap: _builtins.int
+    """Upper bound on web_fetch maxChars."""
+    web_fetch_max_response_bytes: _builtins.int
+    """Bytes of a response body web_fetch reads."""
+    web_fetch_max_redirects: _builtins.int
+    """Redirects web_fetch follows."""
+    max_idle_sessions: _builtins.int
+    """Idle sessions the server keeps loaded in memory."""
+    max_idle_session_bytes: _builtins.int
+    """Estimated bytes of idle sessions the server keeps loaded in memory."""
     @_builtins.property
     def run_deadline(self) -> _duration_pb2.Duration:
         """Per run."""
@@ -2325,6 +2371,34 @@ class ServerLimits(_message.Message):
     @_builtins.property
     def hosted_call_timeout(self) -> _duration_pb2.Duration:
         """Default hosted call deadline."""
+
+    @_builtins.property
+    def hosted_call_timeout_max(self) -> _duration_pb2.Duration:
+        """Upper bound on any hosted call deadline."""
+
+    @_builtins.property
+    def enqueue_timeout(self) -> _duration_pb2.Duration:
+        """How long an ENQUEUE turn waits before ABORTED."""
+
+    @_builtins.property
+    def event_retention(self) -> _duration_pb2.Duration:
+        """How long events are retained per session."""
+
+    @_builtins.property
+    def tool_timeout(self) -> _duration_pb2.Duration:
+        """Default time a local tool may run."""
+
+    @_builtins.property
+    def exec_timeout(self) -> _duration_pb2.Duration:
+        """Default time an exec command may run."""
+
+    @_builtins.property
+    def exec_timeout_max(self) -> _duration_pb2.Duration:
+        """Largest timeout an exec call may ask for."""
+
+    @_builtins.property
+    def web_fetch_timeout(self) -> _duration_pb2.Duration:
+        """Time web_fetch waits for one request."""
 
     def __init__(
         self,
@@ -2340,10 +2414,29 @@ class ServerLimits(_message.Message):
         max_image_bytes: _builtins.int = ...,
         max_message_bytes: _builtins.int = ...,
         event_retention_count: _builtins.int = ...,
+        hosted_call_timeout_max: _duration_pb2.Duration | None = ...,
+        enqueue_timeout: _duration_pb2.Duration | None = ...,
+        event_retention: _duration_pb2.Duration | None = ...,
+        max_tokens_cap: _builtins.int = ...,
+        max_history_page_bytes: _builtins.int = ...,
+        subscriber_buffer: _builtins.int = ...,
+        tool_timeout: _duration_pb2.Duration | None = ...,
+        max_tool_output_chars: _builtins.int = ...,
+        exec_timeout: _duration_pb2.Duration | None = ...,
+        exec_timeout_max: _duration_pb2.Duration | None = ...,
+        checkpoint_max_count: _builtins.int = ...,
+        checkpoint_max_bytes: _builtins.int = ...,
+        hook_max_payload_bytes: _builtins.int = ...,
+        web_fetch_max_chars_cap: _builtins.int = ...,
+        web_fetch_max_response_bytes: _builtins.int = ...,
+        web_fetch_timeout: _duration_pb2.Duration | None = ...,
+        web_fetch_max_redirects: _builtins.int = ...,
+        max_idle_sessions: _builtins.int = ...,
+        max_idle_session_bytes: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["hosted_call_timeout", b"hosted_call_timeout", "model_request_timeout", b"model_request_timeout", "run_deadline", b"run_deadline"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["enqueue_timeout", b"enqueue_timeout", "event_retention", b"event_retention", "exec_timeout", b"exec_timeout", "exec_timeout_max", b"exec_timeout_max", "hosted_call_timeout", b"hosted_call_timeout", "hosted_call_timeout_max", b"hosted_call_timeout_max", "model_request_timeout", b"model_request_timeout", "run_deadline", b"run_deadline", "tool_timeout", b"tool_timeout", "web_fetch_timeout", b"web_fetch_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_retention_count", b"event_retention_count", "hosted_call_timeout", b"hosted_call_timeout", "max_concurrent_runs", b"max_concurrent_runs", "max_image_bytes", b"max_image_bytes", "max_message_bytes", b"max_message_bytes", "max_model_calls_per_run", b"max_model_calls_per_run", "max_queued_turns", b"max_queued_turns", "max_receive_message_length", b"max_receive_message_length", "max_tool_calls_per_run", b"max_tool_calls_per_run", "model_request_timeout", b"model_request_timeout", "run_deadline", b"run_deadline"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_max_bytes", b"checkpoint_max_bytes", "checkpoint_max_count", b"checkpoint_max_count", "enqueue_timeout", b"enqueue_timeout", "event_retention", b"event_retention", "event_retention_count", b"event_retention_count", "exec_timeout", b"exec_timeout", "exec_timeout_max", b"exec_timeout_max", "hook_max_payload_bytes", b"hook_max_payload_bytes", "hosted_call_timeout", b"hosted_call_timeout", "hosted_call_timeout_max", b"hosted_call_timeout_max", "max_concurrent_runs", b"max_concurrent_runs", "max_history_page_bytes", b"max_history_page_bytes", "max_idle_session_bytes", b"max_idle_session_bytes", "max_idle_sessions", b"max_idle_sessions", "max_image_bytes", b"max_image_bytes", "max_message_bytes", b"max_message_bytes", "max_model_calls_per_run", b"max_model_calls_per_run", "max_queued_turns", b"max_queued_turns", "max_receive_message_length", b"max_receive_message_length", "max_tokens_cap", b"max_tokens_cap", "max_tool_calls_per_run", b"max_tool_calls_per_run", "max_tool_output_chars", b"max_tool_output_chars", "model_request_timeout", b"model_request_timeout", "run_deadline", b"run_deadline", "subscriber_buffer", b"subscriber_buffer", "tool_timeout", b"tool_timeout", "web_fetch_max_chars_cap", b"web_fetch_max_chars_cap", "web_fetch_max_redirects", b"web_fetch_max_redirects", "web_fetch_max_response_bytes", b"web_fetch_max_response_bytes", "web_fetch_timeout", b"web_fetch_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

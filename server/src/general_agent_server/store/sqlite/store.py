@@ -121,10 +121,14 @@ class SqliteSessionStore:
 
     # ------------------------------------------------------------------ history, transcript, events
     async def load_history(self, tenant: str, session_id: str) -> list[HistoryMessage]:
+        messages, _ = await self.load_history_sized(tenant, session_id)
+        return messages
+
+    async def load_history_sized(self, tenant: str, session_id: str) -> tuple[list[HistoryMessage], int]:
         rows = await self._fetch_all(
             "SELECT message_json FROM history WHERE tenant=? AND session_id=? ORDER BY idx", (tenant, session_id)
         )
-        return [codec.HISTORY_MESSAGE.loads(r[0]) for r in rows]
+        return [codec.HISTORY_MESSAGE.loads(r[0]) for r in rows], sum(len(r[0]) for r in rows)
 
     async def read_transcript(
         self, tenant: str, session_id: str, *, after_entry_id: int, limit: int

@@ -81,6 +81,22 @@ class SessionLogConformance(StoreConformance):
     async def test_load_history_of_unknown_session_is_empty(self, store: SessionStore) -> None:
         assert await store.load_history(new_tenant(), new_id()) == []
 
+    async def test_load_history_sized_reports_the_stored_size(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        await create(store, make_session(tenant, sid))
+        assert await store.load_history_sized(tenant, sid) == ([], 0)
+        small = make_message(0)
+        await store.write(WriteBatch(tenant=tenant, session_id=sid, history=[small]))
+        messages, size = await store.load_history_sized(tenant, sid)
+        assert messages == [small]
+        assert size >= len("message 0")
+        big = HistoryMessage(role="assistant", content=({"type": "text", "text": "x" * 100_000},), run_id="run-1")
+        await store.write(WriteBatch(tenant=tenant, session_id=sid, history=[big], history_base=1))
+        messages, grown = await store.load_history_sized(tenant, sid)
+        assert messages == [small, big]
+        assert 100_000 < grown - size < 101_000
+        assert await store.load_history_sized(new_tenant(), new_id()) == ([], 0)
+
     async def test_transcript_round_trips_and_assigns_increasing_entry_ids(self, store: SessionStore) -> None:
         tenant, sid = new_tenant(), new_id()
         await create(store, make_session(tenant, sid))
