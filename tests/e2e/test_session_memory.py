@@ -30,7 +30,13 @@ def rss_bytes(pid: int) -> int:
 async def test_rss_stays_within_the_idle_budget(tmp_path: Path, fake_model_thread: FakeAnthropicThread) -> None:
     state_dir = tmp_path / "state"
     state_dir.mkdir()
-    env = server_env(fake_model_thread.base_url, extra={"GENERAL_AGENT_MAX_IDLE_SESSION_BYTES": str(BUDGET)})
+    env = server_env(
+        fake_model_thread.base_url,
+        extra={
+            "GENERAL_AGENT_MAX_IDLE_SESSION_BYTES": str(BUDGET),
+            "GENERAL_AGENT_MAX_SYSTEM_PROMPT_BYTES": str(2 * MIB),
+        },
+    )
     server = ServerProcess(state_dir=state_dir, env=env, log_path=tmp_path / "server.log")
     server.start()
     try:

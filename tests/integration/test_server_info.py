@@ -41,6 +41,17 @@ EXPECTED: dict[str, tuple[str, str, float]] = {
     "web_fetch_max_redirects": ("web_fetch_max_redirects", "5", 5),
     "max_idle_sessions": ("max_idle_sessions", "13", 13),
     "max_idle_session_bytes": ("max_idle_session_bytes", "7654321", 7_654_321),
+    "max_system_prompt_bytes": ("max_system_prompt_bytes", "100001", 100_001),
+    "max_hosted_tools": ("max_hosted_tools", "9", 9),
+    "max_hosted_tool_schema_bytes": ("max_hosted_tool_schema_bytes", "20002", 20_002),
+    "max_hosted_tool_description_bytes": ("max_hosted_tool_description_bytes", "3003", 3003),
+    "max_labels": ("max_labels", "19", 19),
+    "max_label_key_chars": ("max_label_key_chars", "41", 41),
+    "max_label_value_chars": ("max_label_value_chars", "99", 99),
+    "max_allowed_tools": ("max_allowed_tools", "31", 31),
+    "max_session_key_chars": ("max_session_key_chars", "77", 77),
+    "max_hook_registrations": ("max_hook_registrations", "6", 6),
+    "max_hook_tls_pem_bytes": ("max_hook_tls_pem_bytes", "8008", 8008),
 }
 # Limits the server does not enforce: reported as 0, and no setting of that name exists yet.
 NOT_ENFORCED = {"max_concurrent_runs"}

@@ -20,6 +20,8 @@ from tests.support.rpc import create_session, stream_turn, text_input
 
 MIB = 1024 * 1024
 PROMPT = "p" * MIB
+# The prompts here are over the default max_system_prompt_bytes on purpose: they make sizes obvious.
+LARGE_PROMPTS = {"GENERAL_AGENT_MAX_SYSTEM_PROMPT_BYTES": str(2 * MIB)}
 
 
 def loaded(server: RunningServer, session_id: str) -> bool:
@@ -27,7 +29,7 @@ def loaded(server: RunningServer, session_id: str) -> bool:
 
 
 async def test_idle_sessions_leave_lru_when_their_bytes_exceed_the_budget(server_factory: ServerFactory) -> None:
-    server = await server_factory({"GENERAL_AGENT_MAX_IDLE_SESSION_BYTES": str(int(3.5 * MIB))})
+    server = await server_factory({"GENERAL_AGENT_MAX_IDLE_SESSION_BYTES": str(int(3.5 * MIB)), **LARGE_PROMPTS})
     registry = server.core.registry
     async with grpc.aio.insecure_channel(server.address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
@@ -50,7 +52,7 @@ async def test_idle_sessions_leave_lru_when_their_bytes_exceed_the_budget(server
 
 
 async def test_a_running_session_is_never_evicted(server_factory: ServerFactory, fake_model: FakeAnthropic) -> None:
-    server = await server_factory({"GENERAL_AGENT_MAX_IDLE_SESSION_BYTES": str(MIB // 2)})
+    server = await server_factory({"GENERAL_AGENT_MAX_IDLE_SESSION_BYTES": str(MIB // 2), **LARGE_PROMPTS})
     async with grpc.aio.insecure_channel(server.address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         session_id = (await create_session(stub, system_prompt=PROMPT)).identity.session_id
@@ -82,7 +84,7 @@ async def test_the_count_bound_still_applies(server_factory: ServerFactory) -> N
 async def test_an_evicted_session_is_freed_without_the_cycle_collector(server_factory: ServerFactory) -> None:
     """Nothing of an evicted session stays reachable through a reference cycle: its memory goes back at
     once, not whenever the cyclic garbage collector next runs."""
-    server = await server_factory({"GENERAL_AGENT_MAX_IDLE_SESSIONS": "1"})
+    server = await server_factory({"GENERAL_AGENT_MAX_IDLE_SESSIONS": "1", **LARGE_PROMPTS})
     async with grpc.aio.insecure_channel(server.address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         first = (await create_session(stub, system_prompt=PROMPT)).identity.session_id

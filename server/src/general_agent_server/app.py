@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -58,11 +59,24 @@ class RunningServer:
 
 
 async def start_server(settings: ServerSettings) -> RunningServer:
+    """Starts every part, or, when one fails, closes those already open and raises: a server that cannot
+    start never lingers half-started (threads, ports and leases released)."""
+    cleanup = contextlib.AsyncExitStack()
+    try:
+        return await _start_parts(settings, cleanup)
+    except BaseException:
+        await cleanup.aclose()
+        raise
+
+
+async def _start_parts(settings: ServerSettings, cleanup: contextlib.AsyncExitStack) -> RunningServer:
     state_dir = Path(settings.state_dir)
     await asyncio.to_thread(state_dir.mkdir, parents=True, exist_ok=True, mode=0o700)
     store = SqliteSessionStore(state_dir / DB_FILE_NAME, flush_interval=settings.store_flush_interval_ms / 1000)
     await store.open()
+    cleanup.push_async_callback(store.close)
     model = AnthropicModelClient(timeout_seconds=settings.model_request_timeout, max_retries=settings.model_max_retries)
+    cleanup.push_async_callback(model.close)
     credentials = CredentialResolver(
         settings.auth_profiles,
         tenant_defaults=settings.tenant_default_profiles,
@@ -88,6 +102,8 @@ async def start_server(settings: ServerSettings) -> RunningServer:
             ("grpc.keepalive_timeout_ms", 20_000),
             ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
             ("grpc.keepalive_permit_without_calls", 1),
+            # A second server on a port in use fails to bind instead of silently sharing its traffic.
+            ("grpc.so_reuseport", 0),
         ],
     )
     # Not the generated add_AgentServiceServicer_to_server: requests are decoded by rpc/decoding.py, which
@@ -103,7 +119,9 @@ async def start_server(settings: ServerSettings) -> RunningServer:
     if port == 0:
         raise OSError(f"could not bind {settings.listen}")
     await server.start()
+    cleanup.push_async_callback(server.stop, 0)
     # Health stays NOT_SERVING until start-up recovery has finished.
+    cleanup.push_async_callback(core.shutdown, 0)
     await core.start()
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent_server.config import ServerSettings
+from general_agent_server.core.validation import InputLimits
+
+INPUT_LIMIT_NAMES = tuple(InputLimits.__dataclass_fields__)
 
 
 def server_limits(settings: ServerSettings) -> api.ServerLimits:
@@ -28,6 +31,8 @@ def server_limits(settings: ServerSettings) -> api.ServerLimits:
         web_fetch_max_redirects=settings.web_fetch_max_redirects,
         max_idle_sessions=settings.max_idle_sessions,
         max_idle_session_bytes=settings.max_idle_session_bytes,
+        # What a request may make the server keep per session.
+        **{name: getattr(settings.input_limits, name) for name in INPUT_LIMIT_NAMES},
     )
     seconds = {
         "run_deadline": settings.run_deadline,

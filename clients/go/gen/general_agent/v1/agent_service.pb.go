@@ -4627,8 +4627,30 @@ type ServerLimits struct {
 	MaxIdleSessions int32 `protobuf:"varint,29,opt,name=max_idle_sessions,json=maxIdleSessions,proto3" json:"max_idle_sessions,omitempty"`
 	// Estimated bytes of idle sessions the server keeps loaded in memory.
 	MaxIdleSessionBytes int64 `protobuf:"varint,30,opt,name=max_idle_session_bytes,json=maxIdleSessionBytes,proto3" json:"max_idle_session_bytes,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Bytes of a session's system prompt.
+	MaxSystemPromptBytes int32 `protobuf:"varint,31,opt,name=max_system_prompt_bytes,json=maxSystemPromptBytes,proto3" json:"max_system_prompt_bytes,omitempty"`
+	// Hosted tools one session defines.
+	MaxHostedTools int32 `protobuf:"varint,32,opt,name=max_hosted_tools,json=maxHostedTools,proto3" json:"max_hosted_tools,omitempty"`
+	// Bytes of one hosted tool's input schema.
+	MaxHostedToolSchemaBytes int32 `protobuf:"varint,33,opt,name=max_hosted_tool_schema_bytes,json=maxHostedToolSchemaBytes,proto3" json:"max_hosted_tool_schema_bytes,omitempty"`
+	// Bytes of one hosted tool's description.
+	MaxHostedToolDescriptionBytes int32 `protobuf:"varint,34,opt,name=max_hosted_tool_description_bytes,json=maxHostedToolDescriptionBytes,proto3" json:"max_hosted_tool_description_bytes,omitempty"`
+	// Labels on one session.
+	MaxLabels int32 `protobuf:"varint,35,opt,name=max_labels,json=maxLabels,proto3" json:"max_labels,omitempty"`
+	// Characters of a label key.
+	MaxLabelKeyChars int32 `protobuf:"varint,36,opt,name=max_label_key_chars,json=maxLabelKeyChars,proto3" json:"max_label_key_chars,omitempty"`
+	// Characters of a label value.
+	MaxLabelValueChars int32 `protobuf:"varint,37,opt,name=max_label_value_chars,json=maxLabelValueChars,proto3" json:"max_label_value_chars,omitempty"`
+	// Entries of a session's allowed_tools.
+	MaxAllowedTools int32 `protobuf:"varint,38,opt,name=max_allowed_tools,json=maxAllowedTools,proto3" json:"max_allowed_tools,omitempty"`
+	// Characters of a session_key.
+	MaxSessionKeyChars int32 `protobuf:"varint,39,opt,name=max_session_key_chars,json=maxSessionKeyChars,proto3" json:"max_session_key_chars,omitempty"`
+	// Hook registrations in one scope (a tenant, or one session).
+	MaxHookRegistrations int32 `protobuf:"varint,40,opt,name=max_hook_registrations,json=maxHookRegistrations,proto3" json:"max_hook_registrations,omitempty"`
+	// Bytes of each PEM of a hook registration's TLS settings.
+	MaxHookTlsPemBytes int32 `protobuf:"varint,41,opt,name=max_hook_tls_pem_bytes,json=maxHookTlsPemBytes,proto3" json:"max_hook_tls_pem_bytes,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ServerLimits) Reset() {
@@ -4867,6 +4889,83 @@ func (x *ServerLimits) GetMaxIdleSessions() int32 {
 func (x *ServerLimits) GetMaxIdleSessionBytes() int64 {
 	if x != nil {
 		return x.MaxIdleSessionBytes
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetMaxSystemPromptBytes() int32 {
+	if x != nil {
+		return x.MaxSystemPromptBytes
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetMaxHostedTools() int32 {
+	if x != nil {
+		return x.MaxHostedTools
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetMaxHostedToolSchemaBytes() int32 {
+	if x != nil {
+		return x.MaxHostedToolSchemaBytes
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetMaxHostedToolDescriptionBytes() int32 {
+	if x != nil {
+		return x.MaxHostedToolDescriptionBytes
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetMaxLabels() int32 {
+	if x != nil {
+		return x.MaxLabels
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetMaxLabelKeyChars() int32 {
+	if x != nil {
+		return x.MaxLabelKeyChars
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetMaxLabelValueChars() int32 {
+	if x != nil {
+		return x.MaxLabelValueChars
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetMaxAllowedTools() int32 {
+	if x != nil {
+		return x.MaxAllowedTools
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetMaxSessionKeyChars() int32 {
+	if x != nil {
+		return x.MaxSessionKeyChars
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetMaxHookRegistrations() int32 {
+	if x != nil {
+		return x.MaxHookRegistrations
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetMaxHookTlsPemBytes() int32 {
+	if x != nil {
+		return x.MaxHookTlsPemBytes
 	}
 	return 0
 }
@@ -5267,7 +5366,7 @@ const file_general_agent_v1_agent_service_proto_rawDesc = "" +
 	"\x06result\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x06result\x12#\n" +
 	"\rhandler_count\x18\x02 \x01(\x05R\fhandlerCount\x12I\n" +
 	"\x0ehandler_errors\x18\x03 \x03(\v2\".general_agent.v1.HookHandlerErrorR\rhandlerErrors\"\x16\n" +
-	"\x14GetServerInfoRequest\"\xb3\r\n" +
+	"\x14GetServerInfoRequest\"\xe8\x11\n" +
 	"\fServerLimits\x124\n" +
 	"\x17max_model_calls_per_run\x18\x01 \x01(\x05R\x13maxModelCallsPerRun\x122\n" +
 	"\x16max_tool_calls_per_run\x18\x02 \x01(\x05R\x12maxToolCallsPerRun\x12<\n" +
@@ -5299,7 +5398,19 @@ const file_general_agent_v1_agent_service_proto_rawDesc = "" +
 	"\x11web_fetch_timeout\x18\x1b \x01(\v2\x19.google.protobuf.DurationR\x0fwebFetchTimeout\x125\n" +
 	"\x17web_fetch_max_redirects\x18\x1c \x01(\x05R\x14webFetchMaxRedirects\x12*\n" +
 	"\x11max_idle_sessions\x18\x1d \x01(\x05R\x0fmaxIdleSessions\x123\n" +
-	"\x16max_idle_session_bytes\x18\x1e \x01(\x03R\x13maxIdleSessionBytes\"\xda\x01\n" +
+	"\x16max_idle_session_bytes\x18\x1e \x01(\x03R\x13maxIdleSessionBytes\x125\n" +
+	"\x17max_system_prompt_bytes\x18\x1f \x01(\x05R\x14maxSystemPromptBytes\x12(\n" +
+	"\x10max_hosted_tools\x18  \x01(\x05R\x0emaxHostedTools\x12>\n" +
+	"\x1cmax_hosted_tool_schema_bytes\x18! \x01(\x05R\x18maxHostedToolSchemaBytes\x12H\n" +
+	"!max_hosted_tool_description_bytes\x18\" \x01(\x05R\x1dmaxHostedToolDescriptionBytes\x12\x1d\n" +
+	"\n" +
+	"max_labels\x18# \x01(\x05R\tmaxLabels\x12-\n" +
+	"\x13max_label_key_chars\x18$ \x01(\x05R\x10maxLabelKeyChars\x121\n" +
+	"\x15max_label_value_chars\x18% \x01(\x05R\x12maxLabelValueChars\x12*\n" +
+	"\x11max_allowed_tools\x18& \x01(\x05R\x0fmaxAllowedTools\x121\n" +
+	"\x15max_session_key_chars\x18' \x01(\x05R\x12maxSessionKeyChars\x124\n" +
+	"\x16max_hook_registrations\x18( \x01(\x05R\x14maxHookRegistrations\x122\n" +
+	"\x16max_hook_tls_pem_bytes\x18) \x01(\x05R\x12maxHookTlsPemBytes\"\xda\x01\n" +
 	"\x15GetServerInfoResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1f\n" +
 	"\vapi_version\x18\x02 \x01(\tR\n" +

@@ -35,8 +35,9 @@ const (
 	ErrorReason_ERROR_REASON_SESSION_NOT_FOUND ErrorReason = 1
 	// ALREADY_EXISTS: a session with this id exists for this tenant.
 	ErrorReason_ERROR_REASON_SESSION_ALREADY_EXISTS ErrorReason = 2
-	// FAILED_PRECONDITION (or ABORTED after an enqueue timeout): a run is
-	// active or suspended. Metadata: `active_run_id`, `state`.
+	// FAILED_PRECONDITION: a run is active or suspended (also when an ENQUEUE
+	// turn waited `enqueue_timeout` for it). Metadata: `active_run_id`,
+	// `state`.
 	ErrorReason_ERROR_REASON_SESSION_BUSY ErrorReason = 3
 	// FAILED_PRECONDITION: the identity does not match the stored session
 	// (e.g. a mode change while a run is active or suspended).

@@ -2320,6 +2320,17 @@ class ServerLimits(_message.Message):
     WEB_FETCH_MAX_REDIRECTS_FIELD_NUMBER: _builtins.int
     MAX_IDLE_SESSIONS_FIELD_NUMBER: _builtins.int
     MAX_IDLE_SESSION_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_SYSTEM_PROMPT_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_HOSTED_TOOLS_FIELD_NUMBER: _builtins.int
+    MAX_HOSTED_TOOL_SCHEMA_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_HOSTED_TOOL_DESCRIPTION_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_LABELS_FIELD_NUMBER: _builtins.int
+    MAX_LABEL_KEY_CHARS_FIELD_NUMBER: _builtins.int
+    MAX_LABEL_VALUE_CHARS_FIELD_NUMBER: _builtins.int
+    MAX_ALLOWED_TOOLS_FIELD_NUMBER: _builtins.int
+    MAX_SESSION_KEY_CHARS_FIELD_NUMBER: _builtins.int
+    MAX_HOOK_REGISTRATIONS_FIELD_NUMBER: _builtins.int
+    MAX_HOOK_TLS_PEM_BYTES_FIELD_NUMBER: _builtins.int
     max_model_calls_per_run: _builtins.int
     """Per run."""
     max_tool_calls_per_run: _builtins.int
@@ -2360,6 +2371,28 @@ class ServerLimits(_message.Message):
     """Idle sessions the server keeps loaded in memory."""
     max_idle_session_bytes: _builtins.int
     """Estimated bytes of idle sessions the server keeps loaded in memory."""
+    max_system_prompt_bytes: _builtins.int
+    """Bytes of a session's system prompt."""
+    max_hosted_tools: _builtins.int
+    """Hosted tools one session defines."""
+    max_hosted_tool_schema_bytes: _builtins.int
+    """Bytes of one hosted tool's input schema."""
+    max_hosted_tool_description_bytes: _builtins.int
+    """Bytes of one hosted tool's description."""
+    max_labels: _builtins.int
+    """Labels on one session."""
+    max_label_key_chars: _builtins.int
+    """Characters of a label key."""
+    max_label_value_chars: _builtins.int
+    """Characters of a label value."""
+    max_allowed_tools: _builtins.int
+    """Entries of a session's allowed_tools."""
+    max_session_key_chars: _builtins.int
+    """Characters of a session_key."""
+    max_hook_registrations: _builtins.int
+    """Hook registrations in one scope (a tenant, or one session)."""
+    max_hook_tls_pem_bytes: _builtins.int
+    """Bytes of each PEM of a hook registration's TLS settings."""
     @_builtins.property
     def run_deadline(self) -> _duration_pb2.Duration:
         """Per run."""
@@ -2433,10 +2466,21 @@ class ServerLimits(_message.Message):
         web_fetch_max_redirects: _builtins.int = ...,
         max_idle_sessions: _builtins.int = ...,
         max_idle_session_bytes: _builtins.int = ...,
+        max_system_prompt_bytes: _builtins.int = ...,
+        max_hosted_tools: _builtins.int = ...,
+        max_hosted_tool_schema_bytes: _builtins.int = ...,
+        max_hosted_tool_description_bytes: _builtins.int = ...,
+        max_labels: _builtins.int = ...,
+        max_label_key_chars: _builtins.int = ...,
+        max_label_value_chars: _builtins.int = ...,
+        max_allowed_tools: _builtins.int = ...,
+        max_session_key_chars: _builtins.int = ...,
+        max_hook_registrations: _builtins.int = ...,
+        max_hook_tls_pem_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["enqueue_timeout", b"enqueue_timeout", "event_retention", b"event_retention", "exec_timeout", b"exec_timeout", "exec_timeout_max", b"exec_timeout_max", "hosted_call_timeout", b"hosted_call_timeout", "hosted_call_timeout_max", b"hosted_call_timeout_max", "model_request_timeout", b"model_request_timeout", "run_deadline", b"run_deadline", "tool_timeout", b"tool_timeout", "web_fetch_timeout", b"web_fetch_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_max_bytes", b"checkpoint_max_bytes", "checkpoint_max_count", b"checkpoint_max_count", "enqueue_timeout", b"enqueue_timeout", "event_retention", b"event_retention", "event_retention_count", b"event_retention_count", "exec_timeout", b"exec_timeout", "exec_timeout_max", b"exec_timeout_max", "hook_max_payload_bytes", b"hook_max_payload_bytes", "hosted_call_timeout", b"hosted_call_timeout", "hosted_call_timeout_max", b"hosted_call_timeout_max", "max_concurrent_runs", b"max_concurrent_runs", "max_history_page_bytes", b"max_history_page_bytes", "max_idle_session_bytes", b"max_idle_session_bytes", "max_idle_sessions", b"max_idle_sessions", "max_image_bytes", b"max_image_bytes", "max_message_bytes", b"max_message_bytes", "max_model_calls_per_run", b"max_model_calls_per_run", "max_queued_turns", b"max_queued_turns", "max_receive_message_length", b"max_receive_message_length", "max_tokens_cap", b"max_tokens_cap", "max_tool_calls_per_run", b"max_tool_calls_per_run", "max_tool_output_chars", b"max_tool_output_chars", "model_request_timeout", b"model_request_timeout", "run_deadline", b"run_deadline", "subscriber_buffer", b"subscriber_buffer", "tool_timeout", b"tool_timeout", "web_fetch_max_chars_cap", b"web_fetch_max_chars_cap", "web_fetch_max_redirects", b"web_fetch_max_redirects", "web_fetch_max_response_bytes", b"web_fetch_max_response_bytes", "web_fetch_timeout", b"web_fetch_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_max_bytes", b"checkpoint_max_bytes", "checkpoint_max_count", b"checkpoint_max_count", "enqueue_timeout", b"enqueue_timeout", "event_retention", b"event_retention", "event_retention_count", b"event_retention_count", "exec_timeout", b"exec_timeout", "exec_timeout_max", b"exec_timeout_max", "hook_max_payload_bytes", b"hook_max_payload_bytes", "hosted_call_timeout", b"hosted_call_timeout", "hosted_call_timeout_max", b"hosted_call_timeout_max", "max_allowed_tools", b"max_allowed_tools", "max_concurrent_runs", b"max_concurrent_runs", "max_history_page_bytes", b"max_history_page_bytes", "max_hook_registrations", b"max_hook_registrations", "max_hook_tls_pem_bytes", b"max_hook_tls_pem_bytes", "max_hosted_tool_description_bytes", b"max_hosted_tool_description_bytes", "max_hosted_tool_schema_bytes", b"max_hosted_tool_schema_bytes", "max_hosted_tools", b"max_hosted_tools", "max_idle_session_bytes", b"max_idle_session_bytes", "max_idle_sessions", b"max_idle_sessions", "max_image_bytes", b"max_image_bytes", "max_label_key_chars", b"max_label_key_chars", "max_label_value_chars", b"max_label_value_chars", "max_labels", b"max_labels", "max_message_bytes", b"max_message_bytes", "max_model_calls_per_run", b"max_model_calls_per_run", "max_queued_turns", b"max_queued_turns", "max_receive_message_length", b"max_receive_message_length", "max_session_key_chars", b"max_session_key_chars", "max_system_prompt_bytes", b"max_system_prompt_bytes", "max_tokens_cap", b"max_tokens_cap", "max_tool_calls_per_run", b"max_tool_calls_per_run", "max_tool_output_chars", b"max_tool_output_chars", "model_request_timeout", b"model_request_timeout", "run_deadline", b"run_deadline", "subscriber_buffer", b"subscriber_buffer", "tool_timeout", b"tool_timeout", "web_fetch_max_chars_cap", b"web_fetch_max_chars_cap", "web_fetch_max_redirects", b"web_fetch_max_redirects", "web_fetch_max_response_bytes", b"web_fetch_max_response_bytes", "web_fetch_timeout", b"web_fetch_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

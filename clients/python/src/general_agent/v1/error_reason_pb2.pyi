@@ -29,8 +29,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     ERROR_REASON_SESSION_ALREADY_EXISTS: _ErrorReason.ValueType  # 2
     """ALREADY_EXISTS: a session with this id exists for this tenant."""
     ERROR_REASON_SESSION_BUSY: _ErrorReason.ValueType  # 3
-    """FAILED_PRECONDITION (or ABORTED after an enqueue timeout): a run is
-    active or suspended. Metadata: `active_run_id`, `state`.
+    """FAILED_PRECONDITION: a run is active or suspended (also when an ENQUEUE
+    turn waited `enqueue_timeout` for it). Metadata: `active_run_id`,
+    `state`.
     """
     ERROR_REASON_IDENTITY_MISMATCH: _ErrorReason.ValueType  # 4
     """FAILED_PRECONDITION: the identity does not match the stored session
@@ -124,8 +125,9 @@ ERROR_REASON_SESSION_NOT_FOUND: ErrorReason.ValueType  # 1
 ERROR_REASON_SESSION_ALREADY_EXISTS: ErrorReason.ValueType  # 2
 """ALREADY_EXISTS: a session with this id exists for this tenant."""
 ERROR_REASON_SESSION_BUSY: ErrorReason.ValueType  # 3
-"""FAILED_PRECONDITION (or ABORTED after an enqueue timeout): a run is
-active or suspended. Metadata: `active_run_id`, `state`.
+"""FAILED_PRECONDITION: a run is active or suspended (also when an ENQUEUE
+turn waited `enqueue_timeout` for it). Metadata: `active_run_id`,
+`state`.
 """
 ERROR_REASON_IDENTITY_MISMATCH: ErrorReason.ValueType  # 4
 """FAILED_PRECONDITION: the identity does not match the stored session

@@ -43,8 +43,9 @@ export enum ErrorReason {
   SESSION_ALREADY_EXISTS = 2,
 
   /**
-   * FAILED_PRECONDITION (or ABORTED after an enqueue timeout): a run is
-   * active or suspended. Metadata: `active_run_id`, `state`.
+   * FAILED_PRECONDITION: a run is active or suspended (also when an ENQUEUE
+   * turn waited `enqueue_timeout` for it). Metadata: `active_run_id`,
+   * `state`.
    *
    * @generated from enum value: ERROR_REASON_SESSION_BUSY = 3;
    */
