@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 
 from general_agent import testing as fake
-from general_agent_server.core.model import Credential, ModelClient
 from general_agent_server.model import scripted
+from general_agent_server.model.anthropic import AnthropicModelClient
+from general_agent_server.model.port import Credential, ModelClient
 from general_agent_server.model.testing import ModelClientConformance
-from general_agent_server.providers.anthropic_model import AnthropicModelClient
 
 
 class TestScriptedModelClient(ModelClientConformance):

@@ -1,4 +1,4 @@
-"""`exec` commands cannot read the server's environment, memory or state (tools/command_user.py, hardening.py).
+"""`exec` commands cannot read the server's environment, memory or state (tools/shell/command_user.py, hardening.py).
 
 A real `general-agent serve` subprocess starts with an API key and a marker variable in its environment. A
 CODING session's scripted model then runs commands that try the ways in: the environ of $PPID and of the

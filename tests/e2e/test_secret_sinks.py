@@ -1,4 +1,4 @@
-"""No secret the server knows reaches a sink (core/redaction.py).
+"""No secret the server knows reaches a sink (security/redaction.py).
 
 Every kind of secret is planted where a turn can bring it in: the server's API key (environment), an auth
 profile's key (read from a file), a session's in-memory api_key, the Firecrawl and Brave keys. A file in the

@@ -101,7 +101,7 @@ async def test_server_secrets_do_not_reach_commands(
 async def test_the_workspace_stays_usable_by_the_command_user(
     stub: Stub, fake_model: FakeAnthropic, tmp_path: Path
 ) -> None:
-    # The server runs as root here (as in CI), so commands run as nobody (tools/command_user.py): files the
+    # The server runs as root here (as in CI), so commands run as nobody (tools/shell/command_user.py): files the
     # file tools write, before the first command and after it, must stay theirs to change.
     sid = await new_session(stub, session_pb2.SESSION_MODE_CODING)
     workspace = tmp_path / "workspaces" / "default" / sid

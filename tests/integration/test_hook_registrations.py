@@ -19,10 +19,10 @@ from google.protobuf import struct_pb2
 from general_agent.testing import FakeAnthropic, TextReply
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, hook_pb2
-from general_agent_server.core.errors import ErrorCode, ServiceError
-from general_agent_server.core.hook_registrations import HookBindingSpec, HookRegistrationSpec
-from general_agent_server.core.service import CallContext, CallerRole
-from general_agent_server.core.session import SessionConfig, SessionIdentity
+from general_agent_server.domain.errors import ErrorCode, ServiceError
+from general_agent_server.domain.session import SessionConfig, SessionIdentity
+from general_agent_server.hooks.registrations import HookBindingSpec, HookRegistrationSpec
+from general_agent_server.sessions.service import CallContext, CallerRole
 from tests.conftest import ServerFactory
 from tests.support.hook_agent import Agent, as_dict, open_agent
 from tests.support.hook_host import HookHost, ServicerContext, registration, returning

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import content_pb2, hook_pb2, session_pb2, tool_pb2
 from general_agent_server.app import RunningServer
-from general_agent_server.core.hooks import HOOK_NAMES
+from general_agent_server.hooks.runner import HOOK_NAMES
 from tests.support.proto_fuzz import NASTY_STRINGS, SERVICE, callable_for, messages
 from tests.support.rpc import decode_error
 

@@ -15,9 +15,9 @@ from general_agent.testing import FakeAnthropic, HangReply, Reply, TextBlock, Te
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2, tool_pb2
 from general_agent_server.app import RunningServer
-from general_agent_server.core.actor import SessionActor
-from general_agent_server.core.events import RunFinished
-from general_agent_server.core.transcript import MessageEntry
+from general_agent_server.domain.events import RunFinished
+from general_agent_server.domain.transcript import MessageEntry
+from general_agent_server.sessions.live import SessionActor
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, sequences, text_of
 from tests.support.rpc import Stub, create_session, events_after, rpc_error, stream_turn, text_input

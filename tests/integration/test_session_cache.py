@@ -14,7 +14,7 @@ from general_agent.testing import FakeAnthropic, HangReply, TextReply
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc
 from general_agent_server.app import RunningServer
-from general_agent_server.core.session import DEFAULT_TENANT
+from general_agent_server.domain.session import DEFAULT_TENANT
 from tests.conftest import ServerFactory
 from tests.support.rpc import create_session, stream_turn, text_input
 

@@ -10,12 +10,11 @@ from typing import Any
 
 import pytest
 
-from general_agent_server.core import checkpoints as checkpoints_module
-from general_agent_server.core.checkpoint_files import CheckpointFile, CheckpointFileError, put_back
-from general_agent_server.core.checkpoint_service import CheckpointService
-from general_agent_server.core.checkpoints import Checkpoint, CheckpointBounds, CheckpointRecorder
-from general_agent_server.core.errors import ErrorCode, ServiceError
-from general_agent_server.core.tools import (
+from general_agent_server.domain.errors import ErrorCode, ServiceError
+from general_agent_server.store.port import StoreError
+from general_agent_server.store.sqlite import SqliteSessionStore
+from general_agent_server.store.testing.factories import make_session
+from general_agent_server.tools.runtime import (
     MutatingTool,
     ToolContext,
     ToolFailure,
@@ -24,10 +23,11 @@ from general_agent_server.core.tools import (
     ToolSet,
     ToolSpec,
 )
-from general_agent_server.core.workspace import resolve_in_workspace
-from general_agent_server.store.port import StoreError
-from general_agent_server.store.sqlite import SqliteSessionStore
-from general_agent_server.store.testing.factories import make_session
+from general_agent_server.workspace.checkpoints import recorder as checkpoints_module
+from general_agent_server.workspace.checkpoints.files import CheckpointFile, CheckpointFileError, put_back
+from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointBounds, CheckpointRecorder
+from general_agent_server.workspace.checkpoints.service import CheckpointService
+from general_agent_server.workspace.workspace import resolve_in_workspace
 
 TENANT, SESSION = "default", "s-checkpoints"
 ROOMY = CheckpointBounds(max_count=100, max_bytes=1 << 20)

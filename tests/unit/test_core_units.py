@@ -7,18 +7,18 @@ from datetime import UTC, datetime
 
 import pytest
 
-from general_agent_server.core.content import ImagePart, TextPart
-from general_agent_server.core.credentials import AuthProfile, CredentialResolver
-from general_agent_server.core.errors import ErrorCode, ServiceError
-from general_agent_server.core.events import AssistantDelta, ReasoningEnd, SequencedEvent
-from general_agent_server.core.history import HistoryMessage
-from general_agent_server.core.model_catalog import ThinkingKind, capabilities, provider_model_id
-from general_agent_server.core.paging import decode_token, encode_token
-from general_agent_server.core.redaction import scrub
-from general_agent_server.core.request_builder import build_request, thinking_param
-from general_agent_server.core.session import SessionConfig, ThinkingConfig, ThinkingMode
-from general_agent_server.core.subscribers import Subscriber
-from general_agent_server.core.validation import check_config, check_session_id, check_turn_input
+from general_agent_server.domain.content import ImagePart, TextPart
+from general_agent_server.domain.errors import ErrorCode, ServiceError
+from general_agent_server.domain.events import AssistantDelta, ReasoningEnd, SequencedEvent
+from general_agent_server.domain.history import HistoryMessage
+from general_agent_server.domain.session import SessionConfig, ThinkingConfig, ThinkingMode
+from general_agent_server.domain.validation import check_config, check_session_id, check_turn_input
+from general_agent_server.model.catalog import ThinkingKind, capabilities, provider_model_id
+from general_agent_server.model.credentials import AuthProfile, CredentialResolver
+from general_agent_server.model.request_builder import build_request, thinking_param
+from general_agent_server.security.redaction import scrub
+from general_agent_server.sessions.paging import decode_token, encode_token
+from general_agent_server.sessions.subscribers import Subscriber
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 16
 

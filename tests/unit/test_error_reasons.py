@@ -9,7 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from general_agent.v1 import error_reason_pb2
-from general_agent_server.core.events import RunReason
+from general_agent_server.domain.events import RunReason
 
 SERVER = Path(__file__).resolve().parents[2] / "server" / "src" / "general_agent_server"
 WIRE_REASONS = {

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from general_agent_server.core.hooks import (
+from general_agent_server.hooks.runner import (
     FailurePolicy,
     HookFailedError,
     HookHandler,

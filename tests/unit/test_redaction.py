@@ -1,4 +1,4 @@
-"""The secret registry and the redactor (core/redaction.py): what is registered where it is loaded, what the
+"""The secret registry and the redactor (security/redaction.py): what is registered where it is loaded, what the
 redactor replaces in every shape a sink holds, and the sinks that apply it outside the run loop (the JSONL
 writers, the log formatter, the hook payload builder)."""
 
@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from general_agent_server.config import load_settings
-from general_agent_server.core.content import ImagePart, TextPart
-from general_agent_server.core.event_log import EventLog
-from general_agent_server.core.events import ToolResult
-from general_agent_server.core.hook_payloads import IncludeMessages, MessageHistory, MessageSelection, shape_event
-from general_agent_server.core.hook_registrations import HookRegistrationSpec, HookTlsSpec
-from general_agent_server.core.redaction import (
+from general_agent_server.domain.content import ImagePart, TextPart
+from general_agent_server.domain.events import ToolResult
+from general_agent_server.exports.event_log import EventLog
+from general_agent_server.hooks.payloads import IncludeMessages, MessageHistory, MessageSelection, shape_event
+from general_agent_server.hooks.registrations import HookRegistrationSpec, HookTlsSpec
+from general_agent_server.logging_setup import JsonFormatter
+from general_agent_server.security.redaction import (
     MIN_SECRET_CHARS,
     REDACTED,
     SECRETS,
@@ -25,8 +26,7 @@ from general_agent_server.core.redaction import (
     register_secret,
     scrub,
 )
-from general_agent_server.core.service import AgentCore
-from general_agent_server.logging_setup import JsonFormatter
+from general_agent_server.sessions.service import AgentCore
 
 
 def fresh(prefix: str = "secret") -> str:

@@ -1,4 +1,4 @@
-"""Request decoding (rpc/decoding.py) and the JSON limits (core/json_values.py) on their own: descriptor
+"""Request decoding (api/decoding.py) and the JSON limits (domain/json_values.py) on their own: descriptor
 driven checks of enums (repeated and map-valued too), Struct/Value content and well-known types; the
 depth limit against the deepest response messages clients decode; quoting of client values."""
 
@@ -14,9 +14,9 @@ from google.protobuf.message import Message
 
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import event_pb2, session_pb2, tool_pb2
-from general_agent_server.core.errors import ErrorCode, ServiceError, quoted
-from general_agent_server.core.json_values import MAX_JSON_DEPTH, json_depth, parse_json
-from general_agent_server.rpc.decoding import InvalidRequest, check_request, decode_request
+from general_agent_server.api.decoding import InvalidRequest, check_request, decode_request
+from general_agent_server.domain.errors import ErrorCode, ServiceError, quoted
+from general_agent_server.domain.json_values import MAX_JSON_DEPTH, json_depth, parse_json
 
 
 def violation(error: ServiceError) -> tuple[str, str, str]:

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from general_agent_server.core.ssrf import CheckedHost, SsrfBlocked, SsrfGuard, check_host, check_url
+from general_agent_server.security.ssrf import CheckedHost, SsrfBlocked, SsrfGuard, check_host, check_url
 
 
 def resolver_of(table: dict[str, list[str]]) -> tuple[SsrfGuard, list[str]]:

@@ -15,18 +15,18 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from general_agent.v1 import agent_service_pb2
+from general_agent_server.api.handlers import add_service
+from general_agent_server.api.hook_client import GrpcHookDialer
+from general_agent_server.api.interceptors import RequestContextInterceptor
+from general_agent_server.api.reflection import enable_server_reflection
+from general_agent_server.api.server_limits import server_limits
+from general_agent_server.api.servicer import AgentServicer
 from general_agent_server.config import ServerSettings
-from general_agent_server.core.credentials import CredentialResolver
-from general_agent_server.core.event_log import EventLog
-from general_agent_server.core.service import AgentCore
-from general_agent_server.core.transcript_export import TranscriptExporter
-from general_agent_server.providers.anthropic_model import AnthropicModelClient
-from general_agent_server.rpc.handlers import add_service
-from general_agent_server.rpc.hook_client import GrpcHookDialer
-from general_agent_server.rpc.interceptors import RequestContextInterceptor
-from general_agent_server.rpc.reflection import enable_server_reflection
-from general_agent_server.rpc.server_limits import server_limits
-from general_agent_server.rpc.servicer import AgentServicer
+from general_agent_server.exports.event_log import EventLog
+from general_agent_server.exports.transcript_export import TranscriptExporter
+from general_agent_server.model.anthropic import AnthropicModelClient
+from general_agent_server.model.credentials import CredentialResolver
+from general_agent_server.sessions.service import AgentCore
 from general_agent_server.store.sqlite import DB_FILE_NAME, SqliteSessionStore
 from general_agent_server.tools.catalog import builtin_catalog
 
@@ -106,7 +106,7 @@ async def _start_parts(settings: ServerSettings, cleanup: contextlib.AsyncExitSt
             ("grpc.so_reuseport", 0),
         ],
     )
-    # Not the generated add_AgentServiceServicer_to_server: requests are decoded by rpc/decoding.py, which
+    # Not the generated add_AgentServiceServicer_to_server: requests are decoded by api/decoding.py, which
     # answers undecodable or invalid requests INVALID_ARGUMENT instead of grpc's UNKNOWN.
     add_service(AgentServicer(core, limits=server_limits(settings)), SERVICE, server)
     health_servicer = health.aio.HealthServicer()

@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from general_agent_server.core.credentials import AuthProfile
-from general_agent_server.core.errors import ServiceError
-from general_agent_server.core.plugins import PluginMode, normalise_plugin_ids
-from general_agent_server.core.redaction import register_secret
-from general_agent_server.core.session import HostedToolDefinition
-from general_agent_server.core.settings import CoreSettings
-from general_agent_server.core.tools import ToolLimits
-from general_agent_server.core.validation import InputLimits, check_hosted_tools
-from general_agent_server.tools.command_user import CommandUserError, command_user
+from general_agent_server.domain.errors import ServiceError
+from general_agent_server.domain.session import HostedToolDefinition
+from general_agent_server.domain.validation import InputLimits, check_hosted_tools
+from general_agent_server.hooks.plugins import PluginMode, normalise_plugin_ids
+from general_agent_server.model.credentials import AuthProfile
+from general_agent_server.security.redaction import register_secret
+from general_agent_server.sessions.settings import CoreSettings
+from general_agent_server.tools.runtime import ToolLimits
+from general_agent_server.tools.shell.command_user import CommandUserError, command_user
 
 MIB = 1024 * 1024
 

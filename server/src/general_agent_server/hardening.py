@@ -2,7 +2,7 @@
 
 The kernel then refuses a process of the same user that lacks CAP_SYS_PTRACE access to this one's
 /proc/<pid>/environ, mem and maps, and ptrace. A server that is not root runs `exec` commands as its own user
-(tools/command_user.py): this is what keeps them out of the environment the server started with (API keys
+(tools/shell/command_user.py): this is what keeps them out of the environment the server started with (API keys
 included; /proc shows that initial environment whatever os.environ holds later) and out of its memory. It also
 means no core dump full of keys. A child gets its own, dumpable, state back when it execs its program."""
 

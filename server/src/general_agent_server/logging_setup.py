@@ -1,6 +1,6 @@
 """Structured JSON logs: one object per line with `category`, `tenant`, `session_id`, `run_id` and
 `request_id` when known (the ids of the run a line is logged in when the line names none), plus the
-fields of session lines (core/session_log.py). Messages pass through the secret scrubber."""
+fields of session lines (sessions/session_log.py). Messages pass through the secret scrubber."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from general_agent_server.core.redaction import redact_text, scrub
-from general_agent_server.core.session_log import run_ids
-from general_agent_server.rpc.interceptors import current_request_id
+from general_agent_server.api.interceptors import current_request_id
+from general_agent_server.security.redaction import redact_text, scrub
+from general_agent_server.sessions.session_log import run_ids
 
 _FIELDS = ("category", "tenant", "session_id", "run_id", "rpc", "code")
 _IDS = ("tenant", "session_id", "run_id")

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from general_agent_server.config import ServerSettings
-from general_agent_server.core.content import TextPart
-from general_agent_server.core.tools import ToolContext, ToolOutcome
-from general_agent_server.tools.exec import ExecTool
-from general_agent_server.tools.process import ProcessTool
-from general_agent_server.tools.processes import ProcessRegistry
-from general_agent_server.tools.shell import ShellLauncher
+from general_agent_server.domain.content import TextPart
+from general_agent_server.tools.runtime import ToolContext, ToolOutcome
+from general_agent_server.tools.shell.background import ProcessRegistry
+from general_agent_server.tools.shell.commands import ShellLauncher
+from general_agent_server.tools.shell.exec import ExecTool
+from general_agent_server.tools.shell.process_tool import ProcessTool
 
 DEFAULT_ENV_ALLOW = ServerSettings().exec_env_allow
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from general_agent_server.core.content import TextPart
-from general_agent_server.core.tools import LocalTool, ToolContext, ToolFailure
+from general_agent_server.domain.content import TextPart
+from general_agent_server.tools.runtime import LocalTool, ToolContext, ToolFailure
 
 SECRET = "top secret outside the workspace"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from general_agent_server.core.tools import MutatingTool, ToolFailure
-from general_agent_server.tools.apply_patch import ApplyPatchTool
-from general_agent_server.tools.patch_format import AddFile, DeleteFile, UpdateChunk, UpdateFile, parse_patch
+from general_agent_server.tools.files.apply_patch import ApplyPatchTool
+from general_agent_server.tools.files.patch_format import AddFile, DeleteFile, UpdateChunk, UpdateFile, parse_patch
+from general_agent_server.tools.runtime import MutatingTool, ToolFailure
 from tests.unit.tools.file_support import SECRET, Layout, make_layout, run_details, run_failure, run_text
 
 

@@ -1,6 +1,6 @@
-"""Who exec commands run as (tools/command_user.py) and how the workspace stays theirs: the setting, the
+"""Who exec commands run as (tools/shell/command_user.py) and how the workspace stays theirs: the setting, the
 switch through setpriv, the hand-over of a workspace, and files the server writes taking their directory's
-owner (core/confined_walk.py take_owner). These run as root, as CI does: only root switches users."""
+owner (workspace/confined_walk.py take_owner). These run as root, as CI does: only root switches users."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from general_agent_server.config import ConfigError, load_settings
-from general_agent_server.core.workspace import Workspace
-from general_agent_server.tools.command_user import CommandUserError, command_user, hand_over, unreachable_from
-from general_agent_server.tools.exec import run_command
-from general_agent_server.tools.shell import ShellLauncher
+from general_agent_server.tools.shell.command_user import CommandUserError, command_user, hand_over, unreachable_from
+from general_agent_server.tools.shell.commands import ShellLauncher
+from general_agent_server.tools.shell.exec import run_command
+from general_agent_server.workspace.workspace import Workspace
 
 NOBODY = 65534
 OTHER = 4321  # an unprivileged uid with no passwd entry
@@ -54,7 +54,7 @@ def test_an_unknown_user_is_a_configuration_error() -> None:
 
 def test_a_server_that_is_not_root_runs_commands_as_itself() -> None:
     script = (
-        "from general_agent_server.tools.command_user import command_user, CommandUserError\n"
+        "from general_agent_server.tools.shell.command_user import command_user, CommandUserError\n"
         "print(command_user(''), command_user('nobody'))\n"
         "try:\n    command_user('root')\nexcept CommandUserError as exc:\n    print(exc)\n"
     )

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from general_agent_server.config import ServerSettings
-from general_agent_server.core.tools import ToolFailure
 from general_agent_server.tools.catalog import builtin_catalog
-from general_agent_server.tools.output_text import MAX_BYTES, ByteTail, sanitize, tail_lines
-from general_agent_server.tools.shell import allowed_names, filtered_environment, shell_path
+from general_agent_server.tools.runtime import ToolFailure
+from general_agent_server.tools.shell.commands import allowed_names, filtered_environment, shell_path
+from general_agent_server.tools.shell.output_text import MAX_BYTES, ByteTail, sanitize, tail_lines
 from tests.unit.tools.exec_support import context, make_tools, pid_alive, read_pid, text, wait_until
 
 # Starts a grandchild (a sleep under a nested shell) that records its pid, then sleeps itself.

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from general_agent_server.tools.edit import EditTool
-from general_agent_server.tools.file_mutation import PathLocks, run_to_completion
+from general_agent_server.tools.files.edit import EditTool
+from general_agent_server.tools.files.file_mutation import PathLocks, run_to_completion
 from tests.unit.tools.file_support import Layout, make_layout, run_text
 
 

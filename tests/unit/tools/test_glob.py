@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from general_agent_server.tools.glob import MAX_FILES, GlobTool
+from general_agent_server.tools.files.glob import MAX_FILES, GlobTool
 from tests.unit.tools.file_support import Layout, make_layout, run_details, run_failure, run_text
 
 

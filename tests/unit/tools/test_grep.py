@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from general_agent_server.core.content import TextPart
-from general_agent_server.tools.grep import MAX_MATCHES, GrepTool
-from general_agent_server.tools.grep_ripgrep import find_ripgrep
+from general_agent_server.domain.content import TextPart
+from general_agent_server.tools.files.grep import MAX_MATCHES, GrepTool
+from general_agent_server.tools.files.grep_ripgrep import find_ripgrep
 from tests.unit.tools.file_support import SECRET, Layout, make_layout, run_details, run_failure, run_text
 
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from general_agent_server.core.tools import ToolContext, ToolFailure, ToolLifecycle
-from general_agent_server.tools.process_output import PENDING_CAP_CHARS, PENDING_TAIL_CHARS, ProcessOutput
-from general_agent_server.tools.processes import Owner, ProcessRegistry
-from general_agent_server.tools.shell import ShellLauncher
+from general_agent_server.tools.runtime import ToolContext, ToolFailure, ToolLifecycle
+from general_agent_server.tools.shell.background import Owner, ProcessRegistry
+from general_agent_server.tools.shell.background_output import PENDING_CAP_CHARS, PENDING_TAIL_CHARS, ProcessOutput
+from general_agent_server.tools.shell.commands import ShellLauncher
 from tests.unit.tools.exec_support import Tools, context, make_tools, pid_alive, read_pid, text, wait_until
 
 STARTED = re.compile(

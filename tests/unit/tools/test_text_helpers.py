@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from general_agent_server.core.tools import ToolFailure
-from general_agent_server.tools.line_diff import numbered_diff
-from general_agent_server.tools.text_file import TextFile
-from general_agent_server.tools.text_match import Matches, find_text
+from general_agent_server.tools.files.line_diff import numbered_diff
+from general_agent_server.tools.files.text_file import TextFile
+from general_agent_server.tools.files.text_match import Matches, find_text
+from general_agent_server.tools.runtime import ToolFailure
 
 
 def test_exact_matches_come_first() -> None:

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from general_agent_server.tools.external_content import SECURITY_NOTICE, sanitize_markers, wrap_external
-from general_agent_server.tools.web_cache import TtlCache
-from general_agent_server.tools.web_extract import extract_html, markdown_to_text
+from general_agent_server.tools.web.cache import TtlCache
+from general_agent_server.tools.web.external_content import SECURITY_NOTICE, sanitize_markers, wrap_external
+from general_agent_server.tools.web.extract import extract_html, markdown_to_text
 
 FRAME = re.compile(
     r'<<<EXTERNAL_UNTRUSTED_CONTENT id="([0-9a-f]{16})">>>\nSource: (Web Fetch|Web Search)\n---\n(.*)\n'

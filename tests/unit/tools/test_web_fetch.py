@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from general_agent_server.core.ssrf import SsrfGuard
-from general_agent_server.core.tools import ToolContext, ToolFailure, ToolOutcome
-from general_agent_server.tools.web_fetch import WebFetchConfig, WebFetchTool
+from general_agent_server.security.ssrf import SsrfGuard
+from general_agent_server.tools.runtime import ToolContext, ToolFailure, ToolOutcome
+from general_agent_server.tools.web.fetch import WebFetchConfig, WebFetchTool
 from tests.support.fake_web import FakeWeb
 
 ARTICLE = """<html><head><title>Moths of Europe</title></head><body>

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from general_agent_server.config import load_settings
-from general_agent_server.core.ssrf import SsrfGuard
-from general_agent_server.core.tools import ToolFailure
-from general_agent_server.tools.web_fetch import WebFetchConfig, WebFetchTool
-from general_agent_server.tools.web_firecrawl import FirecrawlConfig, scrape_endpoint
+from general_agent_server.security.ssrf import SsrfGuard
+from general_agent_server.tools.runtime import ToolFailure
+from general_agent_server.tools.web.fetch import WebFetchConfig, WebFetchTool
+from general_agent_server.tools.web.firecrawl import FirecrawlConfig, scrape_endpoint
 from tests.support.fake_web import FIRECRAWL_PATH, FakeWeb
 from tests.unit.tools.test_web_fetch import ALLOW_LOCAL, CONFIG, content_of, context, fetch
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from general_agent_server.config import load_settings
-from general_agent_server.core.tools import ToolContext, ToolFailure, ToolOutcome
-from general_agent_server.tools.search_brave import BraveProvider
-from general_agent_server.tools.search_duckduckgo import DuckDuckGoProvider, decode_result_url
-from general_agent_server.tools.web_search import WebSearchTool
+from general_agent_server.tools.runtime import ToolContext, ToolFailure, ToolOutcome
+from general_agent_server.tools.web.brave import BraveProvider
+from general_agent_server.tools.web.duckduckgo import DuckDuckGoProvider, decode_result_url
+from general_agent_server.tools.web.search import WebSearchTool
 from tests.support.fake_web import BRAVE_PATH, DDG_CHALLENGE, DDG_PATH, FakeWeb, SearchHit
 
 BRAVE_KEY = "brave-secret-key-0123456789"

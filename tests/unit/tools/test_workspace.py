@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from general_agent_server.core.tools import ToolFailure
-from general_agent_server.core.workspace import Workspace, WorkspacePath, resolve_in_workspace
+from general_agent_server.tools.runtime import ToolFailure
+from general_agent_server.workspace.workspace import Workspace, WorkspacePath, resolve_in_workspace
 from tests.unit.tools.file_support import SECRET, Layout, make_layout
 
 

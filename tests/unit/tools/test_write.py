@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from general_agent_server.core.tools import MutatingTool, ToolFailure
-from general_agent_server.tools.write import WriteTool
+from general_agent_server.tools.files.write import WriteTool
+from general_agent_server.tools.runtime import MutatingTool, ToolFailure
 from tests.unit.tools.file_support import SECRET, Layout, make_layout, run_details, run_failure, run_text
 
 

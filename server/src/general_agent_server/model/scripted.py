@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from general_agent_server.core.model import (
+from general_agent_server.domain.session import Usage
+from general_agent_server.model.port import (
     Credential,
     MessageComplete,
     ModelCallError,
@@ -23,7 +24,6 @@ from general_agent_server.core.model import (
     ThinkingBlockEnd,
     ThinkingDelta,
 )
-from general_agent_server.core.session import Usage
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from general_agent_server.core.model import (
+from general_agent_server.domain.session import Usage
+from general_agent_server.model.port import (
     Credential,
     MessageComplete,
     ModelCallError,
@@ -24,7 +25,6 @@ from general_agent_server.core.model import (
     ThinkingBlockEnd,
     ThinkingDelta,
 )
-from general_agent_server.core.session import Usage
 from general_agent_server.model.scripted import Answer, Failure, Hang, Reply, Text, Thinking, ToolUse
 
 REQUEST = ModelRequest(

@@ -18,15 +18,22 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TypeVar
 
-from general_agent_server.core import codec
-from general_agent_server.core.checkpoints import Checkpoint, CheckpointInfo
-from general_agent_server.core.events import SequencedEvent
-from general_agent_server.core.history import HistoryMessage
-from general_agent_server.core.runs import CallKind, CallStatus, IdempotencyRecord, RunRecord, RunStatus, ToolCallRecord
-from general_agent_server.core.session import SessionRecord
-from general_agent_server.core.transcript import TranscriptEntry
+from general_agent_server.domain import codec
+from general_agent_server.domain.events import SequencedEvent
+from general_agent_server.domain.history import HistoryMessage
+from general_agent_server.domain.records import (
+    CallKind,
+    CallStatus,
+    IdempotencyRecord,
+    RunRecord,
+    RunStatus,
+    ToolCallRecord,
+)
+from general_agent_server.domain.session import SessionRecord
+from general_agent_server.domain.transcript import TranscriptEntry
 from general_agent_server.store.memory_tables import Key, Tables, session_matches
 from general_agent_server.store.port import ListCursor, SessionExistsError, SessionQuery, StoreError, WriteBatch
+from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
 
 logger = logging.getLogger(__name__)
 

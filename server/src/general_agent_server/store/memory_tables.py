@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from general_agent_server.core.checkpoints import Checkpoint
-from general_agent_server.core.events import SequencedEvent
-from general_agent_server.core.history import HistoryMessage
-from general_agent_server.core.runs import IdempotencyRecord, RunRecord, ToolCallRecord
-from general_agent_server.core.session import SessionRecord
-from general_agent_server.core.transcript import TranscriptEntry
+from general_agent_server.domain.events import SequencedEvent
+from general_agent_server.domain.history import HistoryMessage
+from general_agent_server.domain.records import IdempotencyRecord, RunRecord, ToolCallRecord
+from general_agent_server.domain.session import SessionRecord
+from general_agent_server.domain.transcript import TranscriptEntry
 from general_agent_server.store.port import ListCursor, SessionQuery, StoreError, VersionConflictError, WriteBatch
+from general_agent_server.workspace.checkpoints.recorder import Checkpoint
 
 Key = tuple[str, str]  # (tenant, session_id)
 

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from general_agent_server.core.checkpoints import CheckpointStore
-from general_agent_server.core.events import SequencedEvent
-from general_agent_server.core.history import HistoryMessage
-from general_agent_server.core.runs import IdempotencyRecord, RunRecord, ToolCallRecord
-from general_agent_server.core.session import SessionMode, SessionRecord
-from general_agent_server.core.transcript import TranscriptEntry
+from general_agent_server.domain.events import SequencedEvent
+from general_agent_server.domain.history import HistoryMessage
+from general_agent_server.domain.records import IdempotencyRecord, RunRecord, ToolCallRecord
+from general_agent_server.domain.session import SessionMode, SessionRecord
+from general_agent_server.domain.transcript import TranscriptEntry
+from general_agent_server.workspace.checkpoints.recorder import CheckpointStore
 
 __all__ = [
     "BatchWriter",

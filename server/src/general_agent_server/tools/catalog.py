@@ -6,22 +6,22 @@ import logging
 from pathlib import Path
 
 from general_agent_server.config import ServerSettings
-from general_agent_server.core.tools import LocalTool, ToolCatalog
-from general_agent_server.tools.apply_patch import ApplyPatchTool
-from general_agent_server.tools.command_user import CommandUser, command_user, unreachable_from
-from general_agent_server.tools.edit import EditTool
-from general_agent_server.tools.exec import ExecTool
-from general_agent_server.tools.file_mutation import PathLocks
-from general_agent_server.tools.glob import GlobTool
-from general_agent_server.tools.grep import GrepTool
-from general_agent_server.tools.grep_ripgrep import find_ripgrep
-from general_agent_server.tools.process import ProcessTool
-from general_agent_server.tools.processes import ProcessRegistry
-from general_agent_server.tools.read import ReadTool
-from general_agent_server.tools.shell import ShellLauncher
-from general_agent_server.tools.web_fetch import WebFetchTool
-from general_agent_server.tools.web_search import WebSearchTool
-from general_agent_server.tools.write import WriteTool
+from general_agent_server.tools.files.apply_patch import ApplyPatchTool
+from general_agent_server.tools.files.edit import EditTool
+from general_agent_server.tools.files.file_mutation import PathLocks
+from general_agent_server.tools.files.glob import GlobTool
+from general_agent_server.tools.files.grep import GrepTool
+from general_agent_server.tools.files.grep_ripgrep import find_ripgrep
+from general_agent_server.tools.files.read import ReadTool
+from general_agent_server.tools.files.write import WriteTool
+from general_agent_server.tools.runtime import LocalTool, ToolCatalog
+from general_agent_server.tools.shell.background import ProcessRegistry
+from general_agent_server.tools.shell.command_user import CommandUser, command_user, unreachable_from
+from general_agent_server.tools.shell.commands import ShellLauncher
+from general_agent_server.tools.shell.exec import ExecTool
+from general_agent_server.tools.shell.process_tool import ProcessTool
+from general_agent_server.tools.web.fetch import WebFetchTool
+from general_agent_server.tools.web.search import WebSearchTool
 
 logger = logging.getLogger(__name__)
 

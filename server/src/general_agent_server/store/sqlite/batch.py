@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import sqlite3
 
-from general_agent_server.core import codec
-from general_agent_server.core.runs import IdempotencyRecord
-from general_agent_server.core.session import SessionRecord
+from general_agent_server.domain import codec
+from general_agent_server.domain.records import IdempotencyRecord
+from general_agent_server.domain.session import SessionRecord
 from general_agent_server.store.port import VersionConflictError, WriteBatch
 from general_agent_server.store.sqlite.operations import HookRegistration, Operation
 from general_agent_server.store.sqlite.rows import session_columns, to_us

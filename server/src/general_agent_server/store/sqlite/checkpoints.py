@@ -13,10 +13,10 @@ from typing import Any
 
 import aiosqlite
 
-from general_agent_server.core.checkpoint_files import CheckpointFile
-from general_agent_server.core.checkpoints import Checkpoint, CheckpointInfo
 from general_agent_server.store.port import WriteBatch
 from general_agent_server.store.sqlite.rows import from_us, to_us
+from general_agent_server.workspace.checkpoints.files import CheckpointFile
+from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
 
 
 def _delete_checkpoint_rows(conn: sqlite3.Connection, key: tuple[str, str], checkpoint_ids: Sequence[str]) -> None:

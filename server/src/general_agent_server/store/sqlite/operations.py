@@ -9,7 +9,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Protocol
 
-from general_agent_server.core.session import SessionRecord
+from general_agent_server.domain.session import SessionRecord
 from general_agent_server.store.port import SessionExistsError, WriteBatch
 from general_agent_server.store.sqlite.rows import session_columns, to_us
 

@@ -8,8 +8,8 @@ import sqlite3
 from datetime import UTC, datetime
 from typing import Any
 
-from general_agent_server.core import codec
-from general_agent_server.core.session import SessionIdentity, SessionMode, SessionRecord, SessionState, Usage
+from general_agent_server.domain import codec
+from general_agent_server.domain.session import SessionIdentity, SessionMode, SessionRecord, SessionState, Usage
 from general_agent_server.store.port import ListCursor, SessionQuery
 
 

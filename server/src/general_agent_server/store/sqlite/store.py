@@ -13,13 +13,12 @@ from typing import Any
 
 import aiosqlite
 
-from general_agent_server.core import codec
-from general_agent_server.core.checkpoints import Checkpoint, CheckpointInfo
-from general_agent_server.core.events import SequencedEvent
-from general_agent_server.core.history import HistoryMessage
-from general_agent_server.core.runs import IdempotencyRecord, RunRecord, RunStatus, ToolCallRecord
-from general_agent_server.core.session import SessionRecord
-from general_agent_server.core.transcript import TranscriptEntry
+from general_agent_server.domain import codec
+from general_agent_server.domain.events import SequencedEvent
+from general_agent_server.domain.history import HistoryMessage
+from general_agent_server.domain.records import IdempotencyRecord, RunRecord, RunStatus, ToolCallRecord
+from general_agent_server.domain.session import SessionRecord
+from general_agent_server.domain.transcript import TranscriptEntry
 from general_agent_server.store.port import ListCursor, SessionQuery, StoreError, WriteBatch
 from general_agent_server.store.sqlite import checkpoints
 from general_agent_server.store.sqlite.operations import (
@@ -32,6 +31,7 @@ from general_agent_server.store.sqlite.operations import (
 )
 from general_agent_server.store.sqlite.rows import SESSION_SELECT, from_us, list_sessions_query, record_from_row, to_us
 from general_agent_server.store.sqlite.writer import GroupCommitWriter
+from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
 
 DB_FILE_NAME = "general-agent.sqlite3"
 

@@ -10,10 +10,8 @@ import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from general_agent_server.core.checkpoint_files import CheckpointFile
-from general_agent_server.core.checkpoints import Checkpoint, CheckpointInfo
-from general_agent_server.core.content import ImagePart, TextPart
-from general_agent_server.core.events import (
+from general_agent_server.domain.content import ImagePart, TextPart
+from general_agent_server.domain.events import (
     AssistantDelta,
     EventBody,
     HostedToolCall,
@@ -28,8 +26,8 @@ from general_agent_server.core.events import (
     ToolResult,
     UsageSnapshotEvent,
 )
-from general_agent_server.core.history import HistoryMessage
-from general_agent_server.core.runs import (
+from general_agent_server.domain.history import HistoryMessage
+from general_agent_server.domain.records import (
     CallKind,
     CallResult,
     CallStatus,
@@ -39,7 +37,7 @@ from general_agent_server.core.runs import (
     RunStatus,
     ToolCallRecord,
 )
-from general_agent_server.core.session import (
+from general_agent_server.domain.session import (
     AutoCompaction,
     ForkOrigin,
     HostedToolDefinition,
@@ -55,7 +53,7 @@ from general_agent_server.core.session import (
     Usage,
     UsageSnapshot,
 )
-from general_agent_server.core.transcript import (
+from general_agent_server.domain.transcript import (
     AssistantEntry,
     CompactionEntry,
     MessageEntry,
@@ -66,6 +64,8 @@ from general_agent_server.core.transcript import (
     TranscriptBody,
     TranscriptEntry,
 )
+from general_agent_server.workspace.checkpoints.files import CheckpointFile
+from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
 
 # Timestamps carry microseconds on purpose: stores must keep them exactly.
 T0 = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)

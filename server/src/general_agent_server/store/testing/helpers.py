@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from general_agent_server.core.checkpoints import Checkpoint
-from general_agent_server.core.events import SequencedEvent
-from general_agent_server.core.session import SessionRecord
-from general_agent_server.core.transcript import TranscriptEntry
+from general_agent_server.domain.events import SequencedEvent
+from general_agent_server.domain.session import SessionRecord
+from general_agent_server.domain.transcript import TranscriptEntry
 from general_agent_server.store.port import SessionQuery, SessionStore, session_ids
+from general_agent_server.workspace.checkpoints.recorder import Checkpoint
 
 UNBOUNDED = {"max_count": 1_000, "max_bytes": 1 << 30}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from general_agent_server.core.session import SessionState
+from general_agent_server.domain.session import SessionState
 from general_agent_server.store.port import SessionStore, WriteBatch
 from general_agent_server.store.testing.base import StoreConformance, async_tests
 from general_agent_server.store.testing.factories import bump, make_session, new_id, new_tenant

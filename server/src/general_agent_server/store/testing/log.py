@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from general_agent_server.core.content import ImagePart
-from general_agent_server.core.events import AssistantDelta
-from general_agent_server.core.history import HistoryMessage
-from general_agent_server.core.transcript import MessageEntry, SessionResetEntry, TranscriptEntry
+from general_agent_server.domain.content import ImagePart
+from general_agent_server.domain.events import AssistantDelta
+from general_agent_server.domain.history import HistoryMessage
+from general_agent_server.domain.transcript import MessageEntry, SessionResetEntry, TranscriptEntry
 from general_agent_server.store.port import SessionStore, StoreError, WriteBatch
 from general_agent_server.store.testing.base import StoreConformance, async_tests
 from general_agent_server.store.testing.factories import (

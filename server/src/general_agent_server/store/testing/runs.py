@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from general_agent_server.core.events import RunOutcome, RunReason, RunTrigger
-from general_agent_server.core.runs import CallKind, CallStatus, RunStatus
-from general_agent_server.core.session import Usage
+from general_agent_server.domain.events import RunOutcome, RunReason, RunTrigger
+from general_agent_server.domain.records import CallKind, CallStatus, RunStatus
+from general_agent_server.domain.session import Usage
 from general_agent_server.store.port import SessionStore, WriteBatch
 from general_agent_server.store.testing.base import StoreConformance, async_tests
 from general_agent_server.store.testing.factories import at, make_run, make_session, make_tool_call, new_id, new_tenant

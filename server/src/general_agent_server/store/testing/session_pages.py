@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from general_agent_server.core.session import SessionMode
+from general_agent_server.domain.session import SessionMode
 from general_agent_server.store.port import ListCursor, SessionQuery, SessionStore, WriteBatch, session_ids
 from general_agent_server.store.testing.base import StoreConformance, async_tests
 from general_agent_server.store.testing.factories import T0, at, bump, make_session, new_id, new_tenant

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from general_agent_server.core.runs import RunStatus
-from general_agent_server.core.session import (
+from general_agent_server.domain.records import RunStatus
+from general_agent_server.domain.session import (
     AutoCompaction,
     ForkOrigin,
     MemoryConfig,
@@ -21,7 +21,7 @@ from general_agent_server.core.session import (
     ThinkingMode,
     Usage,
 )
-from general_agent_server.core.transcript import SystemPromptEntry
+from general_agent_server.domain.transcript import SystemPromptEntry
 from general_agent_server.store.port import SessionExistsError, SessionQuery, SessionStore, WriteBatch
 from general_agent_server.store.testing.base import StoreConformance, async_tests
 from general_agent_server.store.testing.factories import (

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from general_agent_server.core.session import SessionState, Usage
+from general_agent_server.domain.session import SessionState, Usage
 from general_agent_server.store.port import SessionStore, StoreError, VersionConflictError, WriteBatch
 from general_agent_server.store.testing.base import StoreConformance, async_tests
 from general_agent_server.store.testing.factories import (

@@ -1,0 +1,1 @@
+"""The gRPC transport: protobuf stops here. Servicers decode, call the domain services, encode."""

@@ -1,0 +1,90 @@
+"""The server dials the host's HookService (spec 7): one channel per target, reused; a deadline on every
+call; UNIMPLEMENTED from the host is "no opinion". Events and results cross as the typed messages of
+hook_service.proto, built from and read back into the seed-shaped JSON the runner merges."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+
+from general_agent.v1 import hook_service_pb2, hook_service_pb2_grpc
+from general_agent_server.api.interceptors import current_request_id
+from general_agent_server.hooks.registrations import HookBindingSpec, HookRegistrationSpec, HookTlsSpec
+from general_agent_server.hooks.runner import HandlerFn, JsonObject, default_timeout
+
+# Typed enums of hook results, back to the seed's string values the runner merges.
+_SPAWNING_STATUS = {"SUBAGENT_SPAWNING_STATUS_OK": "ok", "SUBAGENT_SPAWNING_STATUS_ERROR": "error"}
+
+
+def _seed_shape(result: JsonObject) -> JsonObject:
+    status = result.get("status")
+    if isinstance(status, str) and status.startswith("SUBAGENT_SPAWNING_STATUS_"):
+        seed = _SPAWNING_STATUS.get(status)
+        if seed is None:
+            result.pop("status")
+        else:
+            result["status"] = seed
+    return result
+
+
+def rpc_name(hook: str) -> str:
+    """`before_tool_call` → `BeforeToolCall`."""
+    return "".join(part.capitalize() for part in hook.split("_"))
+
+
+def _open_channel(target: str, tls: HookTlsSpec | None) -> grpc.aio.Channel:
+    if tls is None:
+        return grpc.aio.insecure_channel(target)
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=tls.ca_cert_pem.encode() or None,
+        private_key=tls.client_key_pem.encode() or None,
+        certificate_chain=tls.client_cert_pem.encode() or None,
+    )
+    options = [("grpc.ssl_target_name_override", tls.server_name_override)] if tls.server_name_override else []
+    return grpc.aio.secure_channel(target, credentials, options=options)
+
+
+class GrpcHookDialer:
+    def __init__(self) -> None:
+        # One channel per distinct (target, TLS settings), reused by every hook of every registration.
+        self._channels: dict[tuple[str, HookTlsSpec | None], grpc.aio.Channel] = {}
+
+    def _stub(self, target: str, tls: HookTlsSpec | None) -> Any:
+        channel = self._channels.get((target, tls))
+        if channel is None:
+            channel = _open_channel(target, tls)
+            self._channels[(target, tls)] = channel
+        return hook_service_pb2_grpc.HookServiceStub(channel)
+
+    def handler(self, registration: HookRegistrationSpec, binding: HookBindingSpec) -> HandlerFn:
+        name = rpc_name(binding.name)
+        request_type = getattr(hook_service_pb2, f"{name}Request")
+        timeout = binding.timeout_seconds or default_timeout(binding.name)
+
+        async def call(event: JsonObject, context: JsonObject) -> JsonObject | None:
+            request = json_format.ParseDict(
+                {"event": event, "context": context}, request_type(), ignore_unknown_fields=True
+            )
+            method = getattr(self._stub(registration.target, registration.tls), name)
+            try:
+                # Trace context: the id of the request that started this work, for the host's logs.
+                request_id = current_request_id()
+                metadata = (("x-request-id", request_id),) if request_id else None
+                response = await method(request, timeout=timeout, metadata=metadata)
+            except grpc.aio.AioRpcError as error:
+                if error.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    return None  # the host has no opinion on this hook
+                raise RuntimeError(f"{error.code().name}: {error.details()}") from None
+            if "result" not in response.DESCRIPTOR.fields_by_name or not response.HasField("result"):
+                return None
+            result: JsonObject = json_format.MessageToDict(response.result)
+            return _seed_shape(result)
+
+        return call
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close()

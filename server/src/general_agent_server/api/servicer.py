@@ -1,0 +1,397 @@
+"""AgentService over the core. Each method converts its request, calls the core, converts the answer;
+errors leave through rpc.errors.abort. RPCs of capabilities this build does not serve yet answer
+UNIMPLEMENTED with ErrorInfo naming the capability."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, NoReturn, TypeAlias, TypeVar
+
+import grpc
+from google.protobuf import json_format
+
+import general_agent_server
+from general_agent.v1 import agent_service_pb2 as api
+from general_agent.v1 import agent_service_pb2_grpc as api_grpc
+from general_agent.v1 import session_pb2
+from general_agent_server.api import convert
+from general_agent_server.api.decoding import InvalidRequest
+from general_agent_server.api.errors import abort
+from general_agent_server.api.interceptors import current_request_id
+from general_agent_server.domain.errors import invalid_argument, not_implemented
+from general_agent_server.domain.session import DEFAULT_TENANT
+from general_agent_server.runs.attachment import RunSessionStream
+from general_agent_server.sessions.service import AgentCore, CallContext, CallerRole, SessionView
+
+Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+# Capabilities this build serves, reported by GetServerInfo.
+CAPABILITIES = (
+    "sessions",
+    "streaming_turns",
+    "watch",
+    "idempotency",
+    "transcript",
+    "usage",
+    "tools",
+    "hosted_tools",
+    "steering",
+    "run_control",
+    "busy_policy",
+    "run_session",
+    "fork",
+    "hooks_remote",
+    "hooks_session",
+    "plugins",
+    "checkpoints",
+    "subagents",
+    "file_tools",
+    "web_tools",
+)
+
+# RPC → the capability (and later release) that provides it.
+UNIMPLEMENTED_RPCS: dict[str, str] = {
+    "RequestCompaction": "compaction",
+    "MaybeCompactByTokens": "compaction",
+    "SetMcpServers": "mcp",
+    "GetMcpServers": "mcp",
+    "ToggleMcpServer": "mcp",
+    "GetMcpStatus": "mcp",
+}
+
+
+def call_context(context: Context) -> CallContext:
+    # No authentication is configured in this build, so every caller is the operator.
+    return CallContext(tenant=DEFAULT_TENANT, role=CallerRole.ADMIN, request_id=current_request_id())
+
+
+def unary(
+    fn: Callable[[Any, Req, Context], Awaitable[Resp]],
+) -> Callable[[Any, Req, Context], Awaitable[Resp]]:
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Req, context: Context) -> Resp:
+        try:
+            return await fn(self, request, context)
+        except Exception as exc:  # every error leaves through one function
+            await abort(context, exc)
+
+    return wrapper
+
+
+def server_stream(
+    fn: Callable[[Any, Req, Context], AsyncIterator[Resp]],
+) -> Callable[[Any, Req, Context], AsyncIterator[Resp]]:
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Req, context: Context) -> AsyncIterator[Resp]:
+        try:
+            async for item in fn(self, request, context):
+                yield item
+        except Exception as exc:
+            await abort(context, exc)
+
+    return wrapper
+
+
+class AgentServicer(api_grpc.AgentServiceServicer):
+    def __init__(self, core: AgentCore, *, limits: api.ServerLimits) -> None:
+        self._core = core
+        # GetServerInfo.limits, built from the server's settings (api/server_limits.py).
+        self._limits = limits
+
+    # ------------------------------------------------------------------ sessions
+    @unary
+    async def CreateSession(self, request: api.CreateSessionRequest, context: Context) -> api.CreateSessionResponse:
+        if not request.HasField("session"):
+            raise invalid_argument("session", "is required")
+        view = await self._core.create_session(
+            call_context(context),
+            identity=convert.identity_from_proto(request.session.identity, "session.identity"),
+            config=convert.config_from_proto(request.session),
+            api_key=request.api_key,
+            idem=convert.idempotency(request),
+            hook_registrations=convert.session_registrations(request.session),
+        )
+        return api.CreateSessionResponse(session=await self._with_registrations(view))
+
+    @unary
+    async def GetSession(self, request: api.GetSessionRequest, context: Context) -> api.GetSessionResponse:
+        view = await self._core.get_session(call_context(context), request.session_id)
+        return api.GetSessionResponse(session=await self._with_registrations(view))
+
+    async def _with_registrations(self, view: SessionView) -> session_pb2.Session:
+        """The session with its own hook registrations (as stored: never a TLS client key)."""
+        session = convert.session_to_proto(view)
+        specs = await self._core.session_registrations(view.record.tenant, view.record.session_id)
+        session.hook_registrations.extend(convert.registration_to_proto(s) for s in specs)
+        return session
+
+    @unary
+    async def ListSessions(self, request: api.ListSessionsRequest, context: Context) -> api.ListSessionsResponse:
+        views, token = await self._core.list_sessions(
+            call_context(context),
+            convert.query_from_proto(request),
+            page_size=request.page_size,
+            page_token=request.page_token,
+        )
+        return api.ListSessionsResponse(sessions=[convert.session_to_proto(v) for v in views], next_page_token=token)
+
+    @unary
+    async def DeleteSession(self, request: api.DeleteSessionRequest, context: Context) -> api.DeleteSessionResponse:
+        deleted = await self._core.delete_session(
+            call_context(context), request.session_id, idem=convert.idempotency(request)
+        )
+        return api.DeleteSessionResponse(deleted=deleted)
+
+    @unary
+    async def ResumeSession(self, request: api.ResumeSessionRequest, context: Context) -> api.ResumeSessionResponse:
+        view = await self._core.resume_session(
+            call_context(context),
+            request.session_id,
+            convert.overrides_from_proto(request.overrides),
+            idem=convert.idempotency(request),
+        )
+        return api.ResumeSessionResponse(session=convert.session_to_proto(view))
+
+    @unary
+    async def ContinueSession(
+        self, request: api.ContinueSessionRequest, context: Context
+    ) -> api.ContinueSessionResponse:
+        if not request.HasField("identity"):
+            raise invalid_argument("identity", "is required")
+        view = await self._core.continue_session(
+            call_context(context),
+            convert.identity_from_proto(request.identity, "identity"),
+            convert.overrides_from_proto(request.overrides),
+            idem=convert.idempotency(request),
+        )
+        return api.ContinueSessionResponse(session=convert.session_to_proto(view))
+
+    @unary
+    async def ForkSession(self, request: api.ForkSessionRequest, context: Context) -> api.ForkSessionResponse:
+        view = await self._core.fork_session(
+            call_context(context),
+            request.source_session_id,
+            identity=convert.identity_from_proto(request.identity, "identity"),
+            overrides=convert.overrides_from_proto(request.overrides),
+            at_sequence=request.at_sequence if request.HasField("at_sequence") else None,
+            copy_workspace=request.copy_workspace,
+            inherit_mode=request.identity.mode == session_pb2.SESSION_MODE_UNSPECIFIED,
+            idem=convert.idempotency(request),
+        )
+        return api.ForkSessionResponse(session=convert.session_to_proto(view))
+
+    @unary
+    async def ResetSession(self, request: api.ResetSessionRequest, context: Context) -> api.ResetSessionResponse:
+        view = await self._core.reset_session(
+            call_context(context), request.session_id, request.reason, idem=convert.idempotency(request)
+        )
+        return api.ResetSessionResponse(session=convert.session_to_proto(view))
+
+    @unary
+    async def GetSessionHistory(
+        self, request: api.GetSessionHistoryRequest, context: Context
+    ) -> api.GetSessionHistoryResponse:
+        entries, token = await self._core.get_history(
+            call_context(context),
+            request.session_id,
+            page_size=request.page_size,
+            page_token=request.page_token,
+        )
+        return api.GetSessionHistoryResponse(
+            entries=[convert.transcript_to_proto(e) for e in entries], next_page_token=token
+        )
+
+    # ------------------------------------------------------------------ streams
+    @server_stream
+    async def StreamTurn(
+        self, request: api.StreamTurnRequest, context: Context
+    ) -> AsyncIterator[api.StreamTurnResponse]:
+        events = self._core.turns.stream_turn(
+            call_context(context),
+            request.session_id,
+            convert.parts_from_proto(request.input, "input"),
+            options=convert.turn_options_from_proto(request.options),
+            idem=convert.idempotency(request),
+        )
+        async for event in events:
+            yield api.StreamTurnResponse(event=convert.event_to_proto(event))
+
+    @server_stream
+    async def WatchSession(
+        self, request: api.WatchSessionRequest, context: Context
+    ) -> AsyncIterator[api.WatchSessionResponse]:
+        after = request.after_sequence if request.HasField("after_sequence") else None
+        async for event in self._core.turns.watch(call_context(context), request.session_id, after):
+            yield api.WatchSessionResponse(event=convert.event_to_proto(event))
+
+    async def RunSession(
+        self, request_iterator: AsyncIterator[api.RunSessionRequest | InvalidRequest], context: Context
+    ) -> AsyncIterator[api.RunSessionResponse]:
+        """Requests that api/decoding.py refused arrive as InvalidRequest: the first one ends the call, a
+        later one is answered with a command_result."""
+        try:
+            first = await anext(aiter(request_iterator), None)
+            if first is None:
+                raise invalid_argument("attach", "the stream ended before attach")
+            attach = convert.attach_from_proto(first)
+            commands = (convert.command_from_proto(r, attach.on_disconnect) async for r in request_iterator)
+            stream = RunSessionStream(self._core, call_context(context), attach)
+            async for output in stream.run(commands):
+                yield convert.run_output_to_proto(output)
+        except Exception as exc:
+            await abort(context, exc)
+
+    @server_stream
+    async def SubmitHostedToolResult(
+        self, request: api.SubmitHostedToolResultRequest, context: Context
+    ) -> AsyncIterator[api.SubmitHostedToolResultResponse]:
+        events = self._core.turns.submit(
+            call_context(context),
+            request.session_id,
+            request.call_id,
+            convert.hosted_result_from_proto(request),
+            on_disconnect=convert.on_disconnect_from_proto(request.on_disconnect),
+        )
+        async for event in events:
+            yield api.SubmitHostedToolResultResponse(event=convert.event_to_proto(event))
+
+    @unary
+    async def InjectMessage(self, request: api.InjectMessageRequest, context: Context) -> api.InjectMessageResponse:
+        run_id = await self._core.turns.inject(
+            call_context(context),
+            request.session_id,
+            convert.parts_from_proto(request.input, "input"),
+            idem=convert.idempotency(request),
+        )
+        return api.InjectMessageResponse(accepted=bool(run_id), run_id=run_id)
+
+    @unary
+    async def RequestStop(self, request: api.RequestStopRequest, context: Context) -> api.RequestStopResponse:
+        run_id = await self._core.turns.request_stop(call_context(context), request.session_id)
+        return api.RequestStopResponse(run_id=run_id)
+
+    @unary
+    async def ClearStop(self, request: api.ClearStopRequest, context: Context) -> api.ClearStopResponse:
+        was_set = await self._core.turns.clear_stop(call_context(context), request.session_id)
+        return api.ClearStopResponse(was_set=was_set)
+
+    @unary
+    async def CancelRun(self, request: api.CancelRunRequest, context: Context) -> api.CancelRunResponse:
+        run_id = await self._core.turns.cancel_run(call_context(context), request.session_id, request.run_id)
+        return api.CancelRunResponse(cancelled=bool(run_id), run_id=run_id)
+
+    @unary
+    async def RegisterHooks(self, request: api.RegisterHooksRequest, context: Context) -> api.RegisterHooksResponse:
+        if not request.HasField("registration"):
+            raise invalid_argument("registration", "is required")
+        spec = await self._core.register_hooks(
+            call_context(context), convert.registration_from_proto(request.registration)
+        )
+        return api.RegisterHooksResponse(registration=convert.registration_to_proto(spec))
+
+    @unary
+    async def UnregisterHooks(
+        self, request: api.UnregisterHooksRequest, context: Context
+    ) -> api.UnregisterHooksResponse:
+        removed = await self._core.unregister_hooks(call_context(context), request.plugin_id, request.session_id)
+        return api.UnregisterHooksResponse(removed=removed)
+
+    @unary
+    async def ListHookRegistrations(
+        self, request: api.ListHookRegistrationsRequest, context: Context
+    ) -> api.ListHookRegistrationsResponse:
+        specs = await self._core.list_hook_registrations(call_context(context), request.session_id)
+        return api.ListHookRegistrationsResponse(registrations=[convert.registration_to_proto(s) for s in specs])
+
+    @unary
+    async def EmitHook(self, request: api.EmitHookRequest, context: Context) -> api.EmitHookResponse:
+        hook_context = json_format.MessageToDict(request.context) if request.HasField("context") else {}
+        outcome = await self._core.emit_hook(
+            call_context(context),
+            request.hook_name,
+            json_format.MessageToDict(request.event),
+            hook_context,
+            request.session_id,
+        )
+        response = api.EmitHookResponse(
+            handler_count=outcome.handler_count,
+            handler_errors=[api.HookHandlerError(plugin_id=e.plugin_id, message=e.message) for e in outcome.errors],
+        )
+        if outcome.result is not None:
+            response.result.CopyFrom(convert.struct_from_dict(outcome.result))
+        return response
+
+    @unary
+    async def GetUsage(self, request: api.GetUsageRequest, context: Context) -> api.GetUsageResponse:
+        view = await self._core.get_session(call_context(context), request.session_id)
+        response = api.GetUsageResponse(cumulative_usage=convert.usage_to_proto(view.record.cumulative_usage))
+        if view.record.usage_snapshot is not None:
+            response.usage_snapshot.CopyFrom(convert.snapshot_to_proto(view.record.usage_snapshot))
+        return response
+
+    # ------------------------------------------------------------------ info
+    @unary
+    async def GetServerInfo(self, request: api.GetServerInfoRequest, context: Context) -> api.GetServerInfoResponse:
+        settings = self._core.settings
+        return api.GetServerInfoResponse(
+            version=general_agent_server.__version__,
+            api_version=general_agent_server.API_VERSION,
+            capabilities=list(CAPABILITIES),
+            default_model_ref=settings.default_model_ref,
+            limits=self._limits,
+        )
+
+    # ------------------------------------------------------------------ later capabilities
+    async def RequestCompaction(
+        self, request: api.RequestCompactionRequest, context: Context
+    ) -> api.RequestCompactionResponse:
+        return await _unimplemented(context, "RequestCompaction")
+
+    async def MaybeCompactByTokens(
+        self, request: api.MaybeCompactByTokensRequest, context: Context
+    ) -> api.MaybeCompactByTokensResponse:
+        return await _unimplemented(context, "MaybeCompactByTokens")
+
+    @unary
+    async def ListCheckpoints(
+        self, request: api.ListCheckpointsRequest, context: Context
+    ) -> api.ListCheckpointsResponse:
+        page = await self._core.list_checkpoints(
+            call_context(context), request.session_id, page_size=request.page_size, page_token=request.page_token
+        )
+        return api.ListCheckpointsResponse(
+            checkpoints=[convert.checkpoint_to_proto(c) for c in page.checkpoints],
+            next_page_token=page.next_page_token,
+        )
+
+    @unary
+    async def RestoreCheckpoint(
+        self, request: api.RestoreCheckpointRequest, context: Context
+    ) -> api.RestoreCheckpointResponse:
+        result = await self._core.restore_checkpoint(
+            call_context(context), request.session_id, request.checkpoint_id, idem=convert.idempotency(request)
+        )
+        return api.RestoreCheckpointResponse(
+            restored_paths=list(result.restored_paths), checkpoints_undone=result.checkpoints_undone
+        )
+
+    async def SetMcpServers(self, request: api.SetMcpServersRequest, context: Context) -> api.SetMcpServersResponse:
+        return await _unimplemented(context, "SetMcpServers")
+
+    async def GetMcpServers(self, request: api.GetMcpServersRequest, context: Context) -> api.GetMcpServersResponse:
+        return await _unimplemented(context, "GetMcpServers")
+
+    async def ToggleMcpServer(
+        self, request: api.ToggleMcpServerRequest, context: Context
+    ) -> api.ToggleMcpServerResponse:
+        return await _unimplemented(context, "ToggleMcpServer")
+
+    async def GetMcpStatus(self, request: api.GetMcpStatusRequest, context: Context) -> api.GetMcpStatusResponse:
+        return await _unimplemented(context, "GetMcpStatus")
+
+
+async def _unimplemented(context: Context, rpc: str) -> NoReturn:
+    await abort(context, not_implemented(UNIMPLEMENTED_RPCS[rpc], rpc))

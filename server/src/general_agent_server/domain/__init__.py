@@ -1,0 +1,1 @@
+"""The domain's types: frozen dataclasses and pure functions, no I/O, no grpc or protobuf."""

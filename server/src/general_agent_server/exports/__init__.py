@@ -1,0 +1,1 @@
+"""Files exported after commit: the transcript JSONL and the optional raw event log."""

@@ -1,0 +1,121 @@
+"""Append-only JSONL files, one per session (`<root>/<tenant>/<session_id>.jsonl`, mode 0600), written
+after commit by one buffered background writer so the hot path never waits on file I/O."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from general_agent_server.security.redaction import redact_text
+
+logger = logging.getLogger(__name__)
+
+COALESCE_SECONDS = 0.05
+
+
+class JsonlFiles:
+    def __init__(self, root: Path, *, name: str) -> None:
+        self._root = root
+        self._name = name
+        self._pending: dict[Path, list[str]] = defaultdict(list)
+        self._truncate: set[Path] = set()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        # Serialises file I/O: a delete must not race a write already handed to a thread (which would
+        # re-create the file after the unlink).
+        self._io_lock = asyncio.Lock()
+
+    def path_for(self, tenant: str, session_id: str) -> Path:
+        return self._root / tenant / f"{session_id}.jsonl"
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._write_loop(), name=self._name)
+
+    async def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+
+    def append_lines(self, tenant: str, session_id: str, lines: Iterable[str]) -> None:
+        self._pending[self.path_for(tenant, session_id)].extend(lines)
+        self._wake.set()
+
+    def truncate(self, tenant: str, session_id: str) -> None:
+        path = self.path_for(tenant, session_id)
+        self._pending.pop(path, None)
+        self._truncate.add(path)
+        self._wake.set()
+
+    async def flush(self) -> None:
+        await self._write_pending()
+
+    async def delete(self, tenant: str, session_id: str) -> None:
+        path = self.path_for(tenant, session_id)
+        async with self._io_lock:
+            self._pending.pop(path, None)
+            self._truncate.discard(path)
+            await asyncio.to_thread(path.unlink, missing_ok=True)
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            # Gather a moment's lines into one write, off the hot path of the turn that produced them.
+            if not self._closing:
+                await asyncio.sleep(COALESCE_SECONDS)
+            self._wake.clear()
+            try:
+                await self._write_pending()
+            except OSError:
+                logger.exception("%s failed", self._name, extra={"category": "system"})
+            if self._closing:
+                await self._write_pending()
+                return
+
+    async def _write_pending(self) -> None:
+        async with self._io_lock:
+            if not self._pending and not self._truncate:
+                return
+            pending, self._pending = dict(self._pending), defaultdict(list)
+            truncate, self._truncate = set(self._truncate), set()
+            await asyncio.to_thread(_write_files, pending, truncate)
+
+
+def _write_files(pending: dict[Path, list[str]], truncate: set[Path]) -> None:
+    for path in truncate:
+        if path not in pending:
+            _open_private(path, truncate=True).close()
+    for path, lines in pending.items():
+        with _open_private(path, truncate=path in truncate) as handle:
+            handle.write(_text(lines))
+
+
+def _text(lines: list[str]) -> str:
+    """The lines as written: every line a writer hands over (a turn's input included) is redacted here."""
+    return "".join(redact_text(line) + "\n" for line in lines)
+
+
+def _open_private(path: Path, *, truncate: bool) -> Any:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else os.O_APPEND)
+    return os.fdopen(os.open(path, flags, 0o600), "w", encoding="utf-8")
+
+
+def line_count(path: Path) -> int:
+    try:
+        with path.open("rb") as handle:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 16), b""))
+    except FileNotFoundError:
+        return -1
+
+
+def rewrite(path: Path, lines: list[str]) -> None:
+    with _open_private(path, truncate=True) as handle:
+        handle.write(_text(lines))

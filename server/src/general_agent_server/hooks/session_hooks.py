@@ -1,0 +1,182 @@
+"""Where one session's run meets the hook runner (spec 7): the HookContext of each call with its per-run
+`dispatch_seq`, awaited and fire-and-forget dispatch, and the write-path hooks every transcript entry
+passes through before it is stored.
+
+Write-path hooks change the transcript only, never the model history (spec 7). Entries cross in the
+seed's shapes (exports/transcript_json.py): a tool result as a toolResult message, anything else as its
+JSONL export line; a replacement of another kind, or one that does not parse, is ignored with a warning."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from general_agent_server.domain.content import TextPart
+from general_agent_server.domain.records import CallResult
+from general_agent_server.domain.transcript import ToolResultEntry, TranscriptEntry
+from general_agent_server.exports.transcript_json import EntryShapeError, entry_from_hook_message, hook_message
+from general_agent_server.hooks.runner import HookOutcome, HookRunner, JsonObject
+
+if TYPE_CHECKING:
+    from general_agent_server.sessions.live import SessionActor
+
+logger = logging.getLogger(__name__)
+
+WRITE_PATH_HOOKS = frozenset({"tool_result_persist", "before_message_write"})
+
+
+class SessionHooks:
+    """The hooks of one session actor. Without a hook runner every method is a cheap no-op."""
+
+    def __init__(self, actor: SessionActor, runner: HookRunner | None) -> None:
+        # Weak: the actor owns its hooks, and a cycle would keep an evicted session's history and prompt in
+        # memory until the cyclic garbage collector happens to run.
+        self._actor_ref = weakref.ref(actor)
+        self.runner = runner
+        self._dispatch_seq = 0
+        # session_start fired in this process (session_end fires only then, as in the seed).
+        self.session_started = False
+        # The seed's agentId: a subagent child's label, empty for ordinary sessions.
+        self.agent_id = ""
+
+    @property
+    def _actor(self) -> SessionActor:
+        actor = self._actor_ref()
+        assert actor is not None, "hooks outlived their session actor"
+        return actor
+
+    def wants(self, hooks: frozenset[str]) -> bool:
+        if self.runner is None:
+            return False
+        actor = self._actor
+        return self.runner.registry.has_handlers(hooks, tenant=actor.tenant, session_id=actor.session_id)
+
+    def begin_run(self) -> None:
+        self._dispatch_seq = 0
+
+    def context(self, run_id: str, **extra: Any) -> JsonObject:
+        """HookContext in the seed's agent/tool shape; `dispatchSeq` orders dispatches within a run and is
+        0 outside one (session_end, before_reset), as hook.proto documents."""
+        actor = self._actor
+        if run_id:
+            self._dispatch_seq += 1
+        identity = actor.record.identity
+        return {
+            "sessionId": actor.session_id,
+            "sessionKey": identity.session_key,
+            "agentId": self.agent_id,
+            "runId": run_id,
+            "workspaceDir": str(actor.workspace),
+            "dispatchSeq": self._dispatch_seq if run_id else 0,
+            **extra,
+        }
+
+    async def run(
+        self, hook: str, event: JsonObject, run_id: str, *, budget: float | None = None, **extra: Any
+    ) -> HookOutcome | None:
+        """Awaits a modifying (or write-path) hook; None when nobody handles it."""
+        if self.runner is None or not self.wants(frozenset({hook})):
+            return None
+        actor = self._actor
+        return await self.runner.run(
+            hook,
+            event,
+            self.context(run_id, **extra),
+            tenant=actor.tenant,
+            session_id=actor.session_id,
+            budget_seconds=budget,
+        )
+
+    def fire(self, hook: str, event: JsonObject, run_id: str, **extra: Any) -> None:
+        """Dispatches a void hook in pipeline order and does not wait for it: observers never stall a turn."""
+        if self.runner is None or not self.wants(frozenset({hook})):
+            return
+        actor = self._actor
+        self.runner.fire(hook, event, self.context(run_id, **extra), tenant=actor.tenant, session_id=actor.session_id)
+
+    async def fire_and_wait(self, hook: str, event: JsonObject, run_id: str = "", **extra: Any) -> None:
+        """A void hook awaited within its handlers' timeouts (before_reset, session_end at shutdown)."""
+        if self.runner is None or not self.wants(frozenset({hook})):
+            return
+        try:
+            await self.run(hook, event, run_id, **extra)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("hook %s failed", hook, extra={"category": "system"})
+
+    def after_tool_call(
+        self, run_id: str, tool_name: str, call_id: str, params_json: str, result: CallResult, duration_ms: int = 0
+    ) -> None:
+        """Fired after every tool outcome (blocked, unknown and hosted ones included), before its
+        tool_result/tool_error is emitted."""
+        if not self.wants(frozenset({"after_tool_call"})):
+            return
+        details: Any = {}
+        if result.details_json:
+            try:
+                details = json.loads(result.details_json)
+            except ValueError:
+                details = {"text": result.details_json}
+        error = ""
+        if result.is_error:
+            error = next((p.text for p in result.content if isinstance(p, TextPart) and p.text), "Tool failed")
+        event: JsonObject = {
+            "toolName": tool_name,
+            "params": json.loads(params_json) if params_json else {},
+            "paramsJson": params_json,
+            "runId": run_id,
+            "toolCallId": call_id,
+            "result": details if isinstance(details, dict) else {"value": details},
+            "durationMs": duration_ms,
+        }
+        if error:
+            event["error"] = error
+        self.fire("after_tool_call", event, run_id, toolName=tool_name, toolCallId=call_id)
+
+    # ------------------------------------------------------------------ write path
+    async def filter_transcript(self, entries: list[TranscriptEntry]) -> list[TranscriptEntry]:
+        if not entries or not self.wants(WRITE_PATH_HOOKS):
+            return entries
+        kept: list[TranscriptEntry] = []
+        for entry in entries:
+            filtered = await self._filter(entry)
+            if filtered is not None:
+                kept.append(filtered)
+        return kept
+
+    async def _filter(self, entry: TranscriptEntry) -> TranscriptEntry | None:
+        """Chains the write-path hooks over one entry; None skips the write."""
+        actor = self._actor
+        current = entry
+        if isinstance(entry.body, ToolResultEntry):
+            tool: dict[str, Any] = {"toolName": entry.body.tool_name, "toolCallId": entry.body.call_id}
+            event = {**tool, "message": hook_message(current)}
+            persisted = await self.run("tool_result_persist", event, entry.run_id, **tool)
+            if persisted is not None and persisted.result is not None:
+                if persisted.result.get("block") is True:
+                    return None  # a fail-closed write-path failure skips the write
+                current = self._accepted(current, persisted.result.get("message"), "tool_result_persist")
+        written = await self.run(
+            "before_message_write",
+            {"message": hook_message(current), "sessionKey": actor.record.identity.session_key},
+            entry.run_id,
+        )
+        if written is not None and written.result is not None:
+            if written.result.get("block") is True:
+                return None
+            current = self._accepted(current, written.result.get("message"), "before_message_write")
+        return current
+
+    @staticmethod
+    def _accepted(current: TranscriptEntry, proposed: Any, hook: str) -> TranscriptEntry:
+        if proposed is None:
+            return current
+        try:
+            return entry_from_hook_message(current, proposed)
+        except EntryShapeError as exc:
+            logger.warning("hook %s returned an unusable transcript entry (%s); kept the original", hook, exc)
+            return current

@@ -1,0 +1,266 @@
+"""ModelClient on the official `anthropic` SDK (AsyncAnthropic, streaming raw events).
+
+Raw events from `messages.create(stream=True)` are accumulated by hand with list joins: the SDK's
+`messages.stream()` helper re-folds a snapshot on every delta and costs ~2.5× more per event
+(reference/performance.md §3). Tool input JSON is parsed once, at its block's stop."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anthropic
+import httpx2
+
+from general_agent_server.domain.session import Usage
+from general_agent_server.model.port import (
+    Credential,
+    MessageComplete,
+    ModelCallError,
+    ModelRequest,
+    ModelStreamEvent,
+    TextDelta,
+    ThinkingBlockEnd,
+    ThinkingDelta,
+)
+from general_agent_server.model.request_log import log_model_request
+from general_agent_server.security.redaction import scrub
+from general_agent_server.sessions import session_log
+
+
+class _Block:
+    """One content block being streamed."""
+
+    __slots__ = ("parts", "signature", "start")
+
+    def __init__(self, start: dict[str, Any]) -> None:
+        self.start = start
+        self.parts: list[str] = []
+        self.signature = ""
+
+    def finish(self) -> dict[str, Any]:
+        block_type = self.start.get("type")
+        if block_type == "text":
+            return {"type": "text", "text": "".join(self.parts)}
+        if block_type == "thinking":
+            return {"type": "thinking", "thinking": "".join(self.parts), "signature": self.signature}
+        if block_type == "tool_use":
+            raw = "".join(self.parts)
+            try:
+                tool_input = json.loads(raw) if raw else (self.start.get("input") or {})
+            except json.JSONDecodeError:
+                tool_input = {"__invalid_json__": raw}
+            return {
+                "type": "tool_use",
+                "id": self.start["id"],
+                "name": self.start["name"],
+                "input": tool_input,
+            }
+        return dict(self.start)
+
+
+class AnthropicModelClient:
+    """One AsyncAnthropic client (and connection pool) per credential, reused across calls."""
+
+    def __init__(self, *, timeout_seconds: float, max_retries: int = 2) -> None:
+        self._timeout = timeout_seconds
+        self._max_retries = max_retries
+        self._clients: dict[tuple[str, str], anthropic.AsyncAnthropic] = {}
+
+    def _client(self, credential: Credential) -> anthropic.AsyncAnthropic:
+        # Keyed by a hash so the key itself is not kept twice in memory structures that might be dumped.
+        key = (hashlib.sha256(credential.api_key.encode()).hexdigest(), credential.base_url or "")
+        client = self._clients.get(key)
+        if client is None:
+            client = anthropic.AsyncAnthropic(
+                api_key=credential.api_key,
+                base_url=credential.base_url,
+                timeout=self._timeout,
+                max_retries=self._max_retries,
+                # A compressed SSE stream can hold every event until the end of generation.
+                default_headers={"accept-encoding": "identity"},
+            )
+            self._clients[key] = client
+        return client
+
+    async def close(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.close()
+
+    async def stream(self, request: ModelRequest, credential: Credential) -> AsyncIterator[ModelStreamEvent]:
+        """The call's events, and one `model_request` log line when it ends (model/request_log.py)."""
+        started = time.perf_counter()
+        complete: MessageComplete | None = None
+        error: ModelCallError | None = None
+        try:
+            async for item in self._stream(request, credential):
+                if isinstance(item, MessageComplete):
+                    complete = item
+                yield item
+        except ModelCallError as exc:
+            error = exc
+            raise
+        finally:
+            if session_log.enabled():
+                log_model_request(request, credential, time.perf_counter() - started, complete, error)
+
+    async def _stream(self, request: ModelRequest, credential: Credential) -> AsyncIterator[ModelStreamEvent]:
+        params: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": request.max_tokens,
+            "messages": request.messages,
+        }
+        if request.system:
+            params["system"] = request.system
+        if request.tools:
+            params["tools"] = request.tools
+        if request.thinking is not None:
+            params["thinking"] = request.thinking
+        if request.betas:
+            params["extra_headers"] = {"anthropic-beta": ",".join(request.betas)}
+        client = self._client(credential)
+        usage: dict[str, int] = {}
+        request_id = ""
+        try:
+            stream = await client.messages.create(**params, stream=True)
+        except anthropic.APIError as exc:
+            raise _call_error(exc, credential) from None
+        blocks: dict[int, _Block] = {}
+        stop_reason: str | None = None
+        stopped = False
+        try:
+            request_id = stream.response.headers.get("request-id", "") or ""
+            async for event in stream:
+                etype = event.type
+                if etype == "content_block_delta":
+                    delta = event.delta
+                    block = blocks[event.index]
+                    if delta.type == "text_delta":
+                        first = not block.parts
+                        block.parts.append(delta.text)
+                        yield TextDelta(text=delta.text, first=first)
+                    elif delta.type == "thinking_delta":
+                        first = not block.parts
+                        block.parts.append(delta.thinking)
+                        yield ThinkingDelta(text=delta.thinking, first=first)
+                    elif delta.type == "input_json_delta":
+                        block.parts.append(delta.partial_json)
+                    elif delta.type == "signature_delta":
+                        block.signature += delta.signature
+                elif etype == "content_block_start":
+                    blocks[event.index] = _Block(event.content_block.model_dump(mode="json"))
+                elif etype == "content_block_stop":
+                    block_type = blocks[event.index].start.get("type")
+                    if block_type in ("thinking", "redacted_thinking"):
+                        yield ThinkingBlockEnd()
+                elif etype == "message_start":
+                    _merge_usage(usage, event.message.usage.model_dump())
+                elif etype == "message_delta":
+                    stop_reason = event.delta.stop_reason or stop_reason
+                    _merge_usage(usage, event.usage.model_dump())
+                elif etype == "message_stop":
+                    stopped = True
+        except anthropic.APIError as exc:
+            raise _call_error(exc, credential, usage=usage, request_id=request_id, mid_stream=True) from None
+        except httpx2.TimeoutException:
+            raise _stream_failure("the model stream timed out", usage, request_id, timeout=True) from None
+        except httpx2.TransportError as exc:
+            raise _stream_failure(f"the model stream broke: {type(exc).__name__}", usage, request_id) from None
+        except (ValueError, KeyError):
+            # Undecodable event data, or a delta for a block that never started.
+            raise _stream_failure("the model stream was malformed", usage, request_id) from None
+        finally:
+            await stream.close()
+        if not stopped:
+            # The connection ended mid-message: what arrived is a fragment, never a message.
+            raise _stream_failure("the model stream ended before message_stop", usage, request_id)
+        content = [blocks[i].finish() for i in sorted(blocks)]
+        yield MessageComplete(content=content, stop_reason=stop_reason, usage=_usage(usage), request_id=request_id)
+
+
+def _merge_usage(into: dict[str, int], update: dict[str, Any]) -> None:
+    for key in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
+        value = update.get(key)
+        if isinstance(value, int) and value:
+            into[key] = value
+
+
+def _usage(raw: dict[str, int]) -> Usage:
+    return Usage(
+        input_tokens=raw.get("input_tokens", 0),
+        output_tokens=raw.get("output_tokens", 0),
+        cache_read_input_tokens=raw.get("cache_read_input_tokens", 0),
+        cache_creation_input_tokens=raw.get("cache_creation_input_tokens", 0),
+        model_calls=1,
+    )
+
+
+# The HTTP status an error type stands for, for errors that arrive as an SSE `error` event after the
+# response already answered 200 (an `overloaded_error` mid-generation is the common one).
+_ERROR_TYPE_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
+
+def _retryable(status: int | None) -> bool:
+    """The statuses the SDK itself retries before a response starts: 408, 409, 429 and 5xx."""
+    return status is None or status in (408, 409, 429) or status >= 500
+
+
+def _call_error(
+    exc: anthropic.APIError,
+    credential: Credential,
+    *,
+    usage: dict[str, int] | None = None,
+    request_id: str = "",
+    mid_stream: bool = False,
+) -> ModelCallError:
+    status: int | None = None
+    error_type = ""
+    message = str(exc.message) if getattr(exc, "message", None) else str(exc)
+    if isinstance(exc, anthropic.APIStatusError):
+        status = exc.status_code
+        request_id = exc.request_id or request_id
+        message = exc.api_message or message
+        error_type = _error_type(exc.body)
+        if status == 200:
+            # An SSE error event: the response said 200 before the failure; the error type says what it was.
+            status = _ERROR_TYPE_STATUS.get(error_type, 500)
+    return ModelCallError(
+        scrub(message, (credential.api_key,)),
+        http_status=status,
+        provider_request_id=request_id,
+        timeout=isinstance(exc, anthropic.APITimeoutError),
+        partial_usage=_usage(usage or {}),
+        error_type=error_type,
+        # Before the response started, the SDK has already retried what it retries.
+        retryable=mid_stream and _retryable(status),
+    )
+
+
+def _error_type(body: object) -> str:
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and isinstance(error.get("type"), str):
+            return str(error["type"])
+    return ""
+
+
+def _stream_failure(message: str, usage: dict[str, int], request_id: str, *, timeout: bool = False) -> ModelCallError:
+    """A network failure after the response started: the provider is unavailable, the call may be retried."""
+    return ModelCallError(
+        message, provider_request_id=request_id, timeout=timeout, partial_usage=_usage(usage), retryable=True
+    )

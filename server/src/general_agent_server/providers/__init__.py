@@ -1,1 +1,0 @@
-"""Adapters of the model port to real providers."""

@@ -1,1 +1,0 @@
-"""The gRPC transport: protobuf stops here. Servicers validate, convert and call the core."""

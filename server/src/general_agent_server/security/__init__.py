@@ -1,0 +1,1 @@
+"""Security sinks: the SSRF guard and the one redactor of secrets."""

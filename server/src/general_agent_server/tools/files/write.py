@@ -1,0 +1,48 @@
+"""`write`: creates or overwrites a file in the workspace (parent directories created), atomically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from general_agent_server.tools.files.file_mutation import PathLocks, path_argument, run_to_completion
+from general_agent_server.tools.runtime import ToolContext, ToolOutcome, ToolSpec
+from general_agent_server.workspace.workspace import Workspace
+
+SPEC = ToolSpec(
+    name="write",
+    description=(
+        "Write a file in the workspace: creates it (and missing parent directories) or overwrites it entirely "
+        "with the given content."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "File path, relative to the workspace."},
+            "content": {"type": "string", "description": "The complete new content of the file."},
+        },
+        "required": ["path", "content"],
+        "additionalProperties": False,
+    },
+    read_only=False,
+)
+
+
+class WriteTool:
+    spec = SPEC
+
+    def __init__(self, locks: PathLocks | None = None) -> None:
+        self._locks = locks or PathLocks()
+
+    def touched_paths(self, arguments: dict[str, Any], context: ToolContext) -> list[Path]:
+        return [Workspace(context.workspace).resolve(path_argument(arguments)).absolute]
+
+    async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
+        workspace = Workspace(context.workspace)
+        raw = path_argument(arguments)
+        content = str(arguments["content"])
+        async with self._locks.hold(self.touched_paths(arguments, context)):
+            path = await run_to_completion(lambda: workspace.write_bytes(raw, content.encode("utf-8")))
+        # Counted as the reference counts: the pieces between line breaks.
+        lines = content.count("\n") + 1
+        return ToolOutcome.text(f"Successfully wrote {lines} lines to {path.display}", {"path": path.display})

@@ -1,0 +1,1 @@
+"""Shell tools: exec and process (background commands), run as a user that cannot read the server."""

@@ -1,0 +1,1 @@
+"""Session workspaces: confinement checked at open, and durable file checkpoints."""

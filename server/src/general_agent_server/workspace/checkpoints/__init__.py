@@ -1,0 +1,1 @@
+"""File checkpoints: recorded around every mutating file tool, listed and restored linearly."""
