@@ -94,6 +94,10 @@ breaking: node_modules/.installed ## buf breaking (WIRE_JSON) against main, once
 		buf breaking --against '$(BREAKING_AGAINST)'; \
 	else echo "breaking: the base has no proto yet; nothing to compare"; fi
 
+.PHONY: docs
+docs: $(VENV)/.installed ## Regenerate docs/configuration.md from the settings table.
+	$(VENV)/bin/general-agent settings --page > docs/configuration.md
+
 # ---------------------------------------------------------------- checks
 .PHONY: lint
 lint: $(VENV)/.installed ## ruff (hand-written code only).

@@ -19,10 +19,10 @@ from google.protobuf import struct_pb2
 from general_agent.testing import FakeAnthropic, TextReply
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, hook_pb2
+from general_agent_server.domain.context import CallContext, CallerRole
 from general_agent_server.domain.errors import ErrorCode, ServiceError
 from general_agent_server.domain.session import SessionConfig, SessionIdentity
 from general_agent_server.hooks.registrations import HookBindingSpec, HookRegistrationSpec
-from general_agent_server.sessions.service import CallContext, CallerRole
 from tests.conftest import ServerFactory
 from tests.support.hook_agent import Agent, as_dict, open_agent
 from tests.support.hook_host import HookHost, ServicerContext, registration, returning
@@ -128,17 +128,17 @@ async def test_a_tenant_callers_loopback_and_private_hook_targets_are_refused(
     server = await server_factory({"GENERAL_AGENT_WORKSPACE_DIR": str(tmp_path / "ws")})
 
     with pytest.raises(ServiceError) as refused:
-        await server.core.register_hooks(TENANT, loopback_spec(target))
+        await server.agent.register_hooks(TENANT, loopback_spec(target))
     assert (refused.value.code, refused.value.reason) == (ErrorCode.INVALID_ARGUMENT, "INVALID_HOOK")
     assert refused.value.field_violations[0].field == "registration.target.address"
 
     with pytest.raises(ServiceError) as refused:
-        await server.core.create_session(
+        await server.agent.sessions.create_session(
             TENANT, identity=SessionIdentity(), config=SessionConfig(), hook_registrations=[loopback_spec(target)]
         )
     assert (refused.value.code, refused.value.reason) == (ErrorCode.INVALID_ARGUMENT, "INVALID_HOOK")
     assert refused.value.field_violations[0].field == "session.hook_registrations[0].target.address"
-    assert await server.core.list_hook_registrations(TENANT) == []
+    assert await server.agent.hooks.registrations(TENANT.tenant, "") == []
 
 
 async def test_a_tenant_caller_may_use_an_allow_listed_hook_target(
@@ -148,9 +148,9 @@ async def test_a_tenant_caller_may_use_an_allow_listed_hook_target(
         {"GENERAL_AGENT_SSRF_ALLOW_HOSTS": "127.0.0.1", "GENERAL_AGENT_WORKSPACE_DIR": str(tmp_path / "ws")}
     )
 
-    stored = await server.core.register_hooks(TENANT, loopback_spec("127.0.0.1:50051"))
+    stored = await server.agent.register_hooks(TENANT, loopback_spec("127.0.0.1:50051"))
 
-    assert [r.plugin_id for r in await server.core.list_hook_registrations(TENANT)] == [stored.plugin_id]
+    assert [r.plugin_id for r in await server.agent.hooks.registrations(TENANT.tenant, "")] == [stored.plugin_id]
 
 
 async def test_reset_session_awaits_before_reset(agent: Agent, fake_model: FakeAnthropic) -> None:

@@ -452,10 +452,10 @@ async def test_submit_before_the_suspension_commit_waits_for_it(
                 if response.event.WhichOneof("event") == "tool_call" and response.event.tool_call.call_id == "toolu_r":
                     break
             early = asyncio.create_task(submit(stub, sid, "toolu_h", output_json='"early"'))
-            actor = server.core.registry.peek("default", sid)
+            actor = server.agent.cache.peek("default", sid)
             assert actor is not None
             for _ in range(1000):  # until the submit is inside the server (subscribed), or already answered
-                if len(actor._subscribers) >= 2 or early.done():
+                if actor.ledger.subscriber_count >= 2 or early.done():
                     break
                 await asyncio.sleep(0.005)
             gate.touch()

@@ -17,7 +17,7 @@ from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2, too
 from general_agent_server.app import RunningServer
 from general_agent_server.domain.events import RunFinished
 from general_agent_server.domain.transcript import MessageEntry
-from general_agent_server.sessions.live import SessionActor
+from general_agent_server.sessions.live import LiveSession
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, sequences, text_of
 from tests.support.rpc import Stub, create_session, events_after, rpc_error, stream_turn, text_input
@@ -96,14 +96,14 @@ async def watch_until_terminal(stub: Stub, sid: str, after: int) -> list[Any]:
     return events
 
 
-def actor_of(server: RunningServer, sid: str) -> SessionActor:
-    actor = server.core.registry.peek("default", sid)
+def actor_of(server: RunningServer, sid: str) -> LiveSession:
+    actor = server.agent.cache.peek("default", sid)
     assert actor is not None
     return actor
 
 
 def queued(server: RunningServer, sid: str) -> int:
-    return len(actor_of(server, sid)._queue)
+    return actor_of(server, sid).queued_turns
 
 
 async def suspended_session(stub: Stub, fake_model: FakeAnthropic) -> tuple[str, list[Any]]:
@@ -617,10 +617,10 @@ def ends_a_run(batch: Any) -> bool:
     return any(isinstance(e.body, RunFinished) and e.body.terminal for e in batch.events)
 
 
-async def commit_waiters(actor: SessionActor) -> None:
+async def commit_waiters(actor: LiveSession) -> None:
     """Polls (bounded) until some commit waits behind the one in flight; proceeds anyway after the bound."""
     for _ in range(400):
-        if getattr(actor._commit_lock, "_waiters", None):
+        if actor.ledger.commits_waiting:
             return
         await asyncio.sleep(0.005)
 

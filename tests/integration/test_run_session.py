@@ -783,10 +783,10 @@ async def test_client_cancel_with_continue_policy_keeps_the_run(
 ) -> None:
     sid, run_id, gate = await _cancel_mid_run(stub, fake_model, api.ON_DISCONNECT_CONTINUE)
     # Wait until the server has noticed the disconnect (the stream's subscription is gone) before releasing.
-    actor = server.core.registry.peek("default", sid)
+    actor = server.agent.cache.peek("default", sid)
     assert actor is not None
     for _ in range(500):
-        if not actor._subscribers:
+        if not actor.ledger.has_subscribers:
             break
         await asyncio.sleep(0.01)
     else:

@@ -25,12 +25,12 @@ LARGE_PROMPTS = {"GENERAL_AGENT_MAX_SYSTEM_PROMPT_BYTES": str(2 * MIB)}
 
 
 def loaded(server: RunningServer, session_id: str) -> bool:
-    return server.core.registry.peek(DEFAULT_TENANT, session_id) is not None
+    return server.agent.cache.peek(DEFAULT_TENANT, session_id) is not None
 
 
 async def test_idle_sessions_leave_lru_when_their_bytes_exceed_the_budget(server_factory: ServerFactory) -> None:
     server = await server_factory({"GENERAL_AGENT_MAX_IDLE_SESSION_BYTES": str(int(3.5 * MIB)), **LARGE_PROMPTS})
-    registry = server.core.registry
+    registry = server.agent.cache
     async with grpc.aio.insecure_channel(server.address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         held = (await create_session(stub, system_prompt=PROMPT)).identity.session_id
@@ -70,7 +70,7 @@ async def test_a_running_session_is_never_evicted(server_factory: ServerFactory,
         kinds = [response.event.WhichOneof("event") async for response in turn]
         assert kinds[-1] == "run_finished"
         assert not loaded(server, session_id)  # idle again, and over the budget
-        assert server.core.registry.idle_bytes == 0
+        assert server.agent.cache.idle_bytes == 0
 
 
 async def test_the_count_bound_still_applies(server_factory: ServerFactory) -> None:
@@ -89,7 +89,7 @@ async def test_an_evicted_session_is_freed_without_the_cycle_collector(server_fa
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         first = (await create_session(stub, system_prompt=PROMPT)).identity.session_id
         assert (await stream_turn(stub, first, "hello"))[-1].WhichOneof("event") == "run_finished"
-        actor = server.core.registry.peek(DEFAULT_TENANT, first)
+        actor = server.agent.cache.peek(DEFAULT_TENANT, first)
         assert actor is not None
         gone = weakref.ref(actor)
         del actor

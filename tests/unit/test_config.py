@@ -4,6 +4,8 @@ from flags."""
 from __future__ import annotations
 
 import argparse
+import re
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from general_agent_server.config import (
     load_settings,
     settings_table_markdown,
 )
+from general_agent_server.config.docs import configuration_page
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -147,3 +150,35 @@ def test_the_readme_lists_every_setting_as_the_table_generates_it() -> None:
     assert settings_table_markdown() in readme
     for setting in BOOLEAN_SETTINGS:
         assert f"`--no-{setting.flag.removeprefix('--')}`" in settings_table_markdown()
+
+
+def test_the_configuration_page_is_generated_from_the_table() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    assert page == configuration_page(), "docs/configuration.md is stale: run `make docs`"
+    for setting in SETTINGS:
+        assert f"`{setting.env}`" in page
+
+
+def test_every_toml_example_of_the_configuration_page_loads(tmp_path: Path) -> None:
+    blocks = re.findall(r"```toml\n(.*?)```", configuration_page(), flags=re.S)
+    assert len(blocks) >= 2
+    config = tmp_path / "config.toml"
+    config.write_text("\n".join(blocks))
+    settings = load_settings(
+        None, {"GENERAL_AGENT_CONFIG": str(config), "TEAM_A_ANTHROPIC_KEY": "sk-team-a-0123456789"}
+    )
+    assert settings.auth_profiles["team-a"].allowed_tenants == frozenset({"team-a"})
+    assert [t.name for t in settings.hosted_tools] == ["lookup_order"]
+
+
+def test_every_setting_reaches_the_core_under_its_own_name() -> None:
+    """The domain reads settings under the names the table declares (one name per setting)."""
+    core = load_settings(None, {}).core()
+    names = {s.name for s in SETTINGS}
+    copied = [f.name for f in fields(core) if f.name in names]
+    assert len(copied) >= 25
+    for name in copied:
+        value = getattr(core, name)
+        declared = next(s.default for s in SETTINGS if s.name == name)
+        if isinstance(value, str | int | float | bool):
+            assert value == declared, name

@@ -14,6 +14,7 @@ from general_agent_server.config import load_settings
 from general_agent_server.domain.content import ImagePart, TextPart
 from general_agent_server.domain.events import ToolResult
 from general_agent_server.exports.event_log import EventLog
+from general_agent_server.hooks.admin import HookAdmin
 from general_agent_server.hooks.payloads import IncludeMessages, MessageHistory, MessageSelection, shape_event
 from general_agent_server.hooks.registrations import HookRegistrationSpec, HookTlsSpec
 from general_agent_server.logging_setup import JsonFormatter
@@ -26,7 +27,6 @@ from general_agent_server.security.redaction import (
     register_secret,
     scrub,
 )
-from general_agent_server.sessions.service import AgentCore
 
 
 def fresh(prefix: str = "secret") -> str:
@@ -120,7 +120,7 @@ def test_a_hook_registration_registers_its_tls_key() -> None:
     spec = HookRegistrationSpec(
         plugin_id="p", target="127.0.0.1:1", bindings=(), tls=HookTlsSpec(client_cert_pem="c", client_key_pem=key)
     )
-    _live, stored = AgentCore._registration_to_store("default", spec)
+    _live, stored = HookAdmin.for_store("default", spec)
     assert stored.tls is not None
     assert stored.tls.client_key_pem == ""
     assert set(lines) <= set(SECRETS.values)

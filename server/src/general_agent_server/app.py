@@ -15,6 +15,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from general_agent.v1 import agent_service_pb2
+from general_agent_server.agent import Agent
 from general_agent_server.api.handlers import add_service
 from general_agent_server.api.hook_client import GrpcHookDialer
 from general_agent_server.api.interceptors import RequestContextInterceptor
@@ -24,9 +25,11 @@ from general_agent_server.api.servicer import AgentServicer
 from general_agent_server.config import ServerSettings
 from general_agent_server.exports.event_log import EventLog
 from general_agent_server.exports.transcript_export import TranscriptExporter
+from general_agent_server.hooks.registrations import HookDialer
 from general_agent_server.model.anthropic import AnthropicModelClient
 from general_agent_server.model.credentials import CredentialResolver
-from general_agent_server.sessions.service import AgentCore
+from general_agent_server.model.port import ModelClient
+from general_agent_server.store.port import SessionStore
 from general_agent_server.store.sqlite import DB_FILE_NAME, SqliteSessionStore
 from general_agent_server.tools.catalog import builtin_catalog
 
@@ -42,7 +45,7 @@ class RunningServer:
 
     address: str
     server: grpc.aio.Server
-    core: AgentCore
+    agent: Agent
     store: SqliteSessionStore
     model: AnthropicModelClient
     health: health.aio.HealthServicer
@@ -51,11 +54,34 @@ class RunningServer:
     async def stop(self, grace: float | None = None) -> None:
         grace = self.settings.shutdown_grace if grace is None else grace
         await self.health.enter_graceful_shutdown()
-        await self.core.shutdown(grace)
+        await self.agent.shutdown(grace)
         await self.server.stop(min(grace, 2.0))
         await self.store.close()
         await self.model.close()
         logger.info("server stopped", extra={"category": "system"})
+
+
+def build_agent(
+    settings: ServerSettings, *, store: SessionStore, model: ModelClient, hook_dialer: HookDialer | None = None
+) -> Agent:
+    """The agent over the given ports, configured from the settings (in-process tests use it with the
+    in-memory store and the scripted model)."""
+    state_dir = Path(settings.state_dir)
+    return Agent(
+        settings=settings.core(),
+        store=store,
+        model=model,
+        credentials=CredentialResolver(
+            settings.auth_profiles,
+            tenant_defaults=settings.tenant_default_profiles,
+            server_default=settings.default_profile,
+        ),
+        exporter=TranscriptExporter(state_dir / "transcripts"),
+        catalog=builtin_catalog(settings),
+        global_hosted_tools=settings.hosted_tools,
+        event_log=EventLog(state_dir / "events") if settings.event_log else None,
+        hook_dialer=hook_dialer,
+    )
 
 
 async def start_server(settings: ServerSettings) -> RunningServer:
@@ -77,22 +103,7 @@ async def _start_parts(settings: ServerSettings, cleanup: contextlib.AsyncExitSt
     cleanup.push_async_callback(store.close)
     model = AnthropicModelClient(timeout_seconds=settings.model_request_timeout, max_retries=settings.model_max_retries)
     cleanup.push_async_callback(model.close)
-    credentials = CredentialResolver(
-        settings.auth_profiles,
-        tenant_defaults=settings.tenant_default_profiles,
-        server_default=settings.default_profile,
-    )
-    core = AgentCore(
-        settings=settings.core(),
-        store=store,
-        model=model,
-        credentials=credentials,
-        exporter=TranscriptExporter(state_dir / "transcripts"),
-        catalog=builtin_catalog(settings),
-        global_hosted_tools=settings.hosted_tools,
-        event_log=EventLog(state_dir / "events") if settings.event_log else None,
-        hook_dialer=GrpcHookDialer(),
-    )
+    agent = build_agent(settings, store=store, model=model, hook_dialer=GrpcHookDialer())
     server = grpc.aio.server(
         interceptors=[RequestContextInterceptor()],
         options=[
@@ -108,7 +119,7 @@ async def _start_parts(settings: ServerSettings, cleanup: contextlib.AsyncExitSt
     )
     # Not the generated add_AgentServiceServicer_to_server: requests are decoded by api/decoding.py, which
     # answers undecodable or invalid requests INVALID_ARGUMENT instead of grpc's UNKNOWN.
-    add_service(AgentServicer(core, limits=server_limits(settings)), SERVICE, server)
+    add_service(AgentServicer(agent, limits=server_limits(settings)), SERVICE, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     enable_server_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name), server)
@@ -121,17 +132,17 @@ async def _start_parts(settings: ServerSettings, cleanup: contextlib.AsyncExitSt
     await server.start()
     cleanup.push_async_callback(server.stop, 0)
     # Health stays NOT_SERVING until start-up recovery has finished.
-    cleanup.push_async_callback(core.shutdown, 0)
-    await core.start()
+    cleanup.push_async_callback(agent.shutdown, 0)
+    await agent.start()
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     address = f"{host}:{port}"
     logger.info("serving on %s", address, extra={"category": "system"})
-    core.gateway_started(port)
+    agent.gateway_started(port)
     return RunningServer(
         address=address,
         server=server,
-        core=core,
+        agent=agent,
         store=store,
         model=model,
         health=health_servicer,

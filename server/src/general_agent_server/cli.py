@@ -9,6 +9,7 @@ import sys
 
 from general_agent_server import __version__
 from general_agent_server.config import ConfigError, add_flags, load_settings, settings_table_markdown
+from general_agent_server.config.docs import configuration_page
 from general_agent_server.hardening import harden_process
 from general_agent_server.logging_setup import configure_logging
 
@@ -19,10 +20,13 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     serve_parser = commands.add_parser("serve", help="Run the gRPC server.")
     add_flags(serve_parser)
-    commands.add_parser("settings", help="Print the configuration table (Markdown).")
+    settings_parser = commands.add_parser("settings", help="Print the configuration table (Markdown).")
+    settings_parser.add_argument(
+        "--page", action="store_true", help="Print the whole configuration page (docs/configuration.md)."
+    )
     args = parser.parse_args(argv)
     if args.command == "settings":
-        print(settings_table_markdown())
+        print(configuration_page() if args.page else settings_table_markdown(), end="\n" if not args.page else "")
         return 0
     try:
         settings = load_settings(args, os.environ)

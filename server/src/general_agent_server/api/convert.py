@@ -26,6 +26,7 @@ from general_agent_server.api.errors import status_from_detail, status_from_erro
 from general_agent_server.domain import events as ev
 from general_agent_server.domain import transcript as tr
 from general_agent_server.domain.content import ContentPart, ImagePart, TextPart
+from general_agent_server.domain.context import SessionView
 from general_agent_server.domain.errors import ServiceError, invalid_argument
 from general_agent_server.domain.json_values import parse_json
 from general_agent_server.domain.records import CallResult
@@ -48,7 +49,7 @@ from general_agent_server.domain.validation import check_token
 from general_agent_server.hooks.payloads import IncludeMessages
 from general_agent_server.hooks.registrations import HookBindingSpec, HookRegistrationSpec, HookTlsSpec
 from general_agent_server.hooks.runner import FailurePolicy
-from general_agent_server.runs.attachment import (
+from general_agent_server.runs.commands import (
     Attach,
     CancelCommand,
     ClearStopCommand,
@@ -63,9 +64,8 @@ from general_agent_server.runs.attachment import (
     StopCommand,
     TurnCommand,
 )
-from general_agent_server.runs.control import BusyPolicy, OnDisconnect, TurnOptions
+from general_agent_server.runs.state import BusyPolicy, OnDisconnect, TurnOptions
 from general_agent_server.sessions.idempotency import Idempotency
-from general_agent_server.sessions.service import SessionView
 from general_agent_server.store.port import SessionQuery
 from general_agent_server.workspace.checkpoints.recorder import CheckpointInfo
 

@@ -1,6 +1,6 @@
-"""AgentService over the core. Each method converts its request, calls the core, converts the answer;
-errors leave through rpc.errors.abort. RPCs of capabilities this build does not serve yet answer
-UNIMPLEMENTED with ErrorInfo naming the capability."""
+"""AgentService over the agent (agent.py). Each method converts its request, calls one of the agent's services
+and converts the answer; errors leave through api/errors.abort. RPCs of capabilities this build does not serve
+yet answer UNIMPLEMENTED with ErrorInfo naming the capability."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ import general_agent_server
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc as api_grpc
 from general_agent.v1 import session_pb2
+from general_agent_server.agent import Agent
 from general_agent_server.api import convert
 from general_agent_server.api.decoding import InvalidRequest
 from general_agent_server.api.errors import abort
 from general_agent_server.api.interceptors import current_request_id
+from general_agent_server.domain.context import CallContext, CallerRole, SessionView
 from general_agent_server.domain.errors import invalid_argument, not_implemented
 from general_agent_server.domain.session import DEFAULT_TENANT
-from general_agent_server.runs.attachment import RunSessionStream
-from general_agent_server.sessions.service import AgentCore, CallContext, CallerRole, SessionView
 
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 Req = TypeVar("Req")
@@ -96,8 +96,8 @@ def server_stream(
 
 
 class AgentServicer(api_grpc.AgentServiceServicer):
-    def __init__(self, core: AgentCore, *, limits: api.ServerLimits) -> None:
-        self._core = core
+    def __init__(self, agent: Agent, *, limits: api.ServerLimits) -> None:
+        self._agent = agent
         # GetServerInfo.limits, built from the server's settings (api/server_limits.py).
         self._limits = limits
 
@@ -106,7 +106,7 @@ class AgentServicer(api_grpc.AgentServiceServicer):
     async def CreateSession(self, request: api.CreateSessionRequest, context: Context) -> api.CreateSessionResponse:
         if not request.HasField("session"):
             raise invalid_argument("session", "is required")
-        view = await self._core.create_session(
+        view = await self._agent.sessions.create_session(
             call_context(context),
             identity=convert.identity_from_proto(request.session.identity, "session.identity"),
             config=convert.config_from_proto(request.session),
@@ -118,19 +118,19 @@ class AgentServicer(api_grpc.AgentServiceServicer):
 
     @unary
     async def GetSession(self, request: api.GetSessionRequest, context: Context) -> api.GetSessionResponse:
-        view = await self._core.get_session(call_context(context), request.session_id)
+        view = await self._agent.sessions.get_session(call_context(context), request.session_id)
         return api.GetSessionResponse(session=await self._with_registrations(view))
 
     async def _with_registrations(self, view: SessionView) -> session_pb2.Session:
         """The session with its own hook registrations (as stored: never a TLS client key)."""
         session = convert.session_to_proto(view)
-        specs = await self._core.session_registrations(view.record.tenant, view.record.session_id)
+        specs = await self._agent.session_registrations(view.record.tenant, view.record.session_id)
         session.hook_registrations.extend(convert.registration_to_proto(s) for s in specs)
         return session
 
     @unary
     async def ListSessions(self, request: api.ListSessionsRequest, context: Context) -> api.ListSessionsResponse:
-        views, token = await self._core.list_sessions(
+        views, token = await self._agent.sessions.list_sessions(
             call_context(context),
             convert.query_from_proto(request),
             page_size=request.page_size,
@@ -140,14 +140,14 @@ class AgentServicer(api_grpc.AgentServiceServicer):
 
     @unary
     async def DeleteSession(self, request: api.DeleteSessionRequest, context: Context) -> api.DeleteSessionResponse:
-        deleted = await self._core.delete_session(
+        deleted = await self._agent.sessions.delete_session(
             call_context(context), request.session_id, idem=convert.idempotency(request)
         )
         return api.DeleteSessionResponse(deleted=deleted)
 
     @unary
     async def ResumeSession(self, request: api.ResumeSessionRequest, context: Context) -> api.ResumeSessionResponse:
-        view = await self._core.resume_session(
+        view = await self._agent.sessions.resume_session(
             call_context(context),
             request.session_id,
             convert.overrides_from_proto(request.overrides),
@@ -161,7 +161,7 @@ class AgentServicer(api_grpc.AgentServiceServicer):
     ) -> api.ContinueSessionResponse:
         if not request.HasField("identity"):
             raise invalid_argument("identity", "is required")
-        view = await self._core.continue_session(
+        view = await self._agent.sessions.continue_session(
             call_context(context),
             convert.identity_from_proto(request.identity, "identity"),
             convert.overrides_from_proto(request.overrides),
@@ -171,7 +171,7 @@ class AgentServicer(api_grpc.AgentServiceServicer):
 
     @unary
     async def ForkSession(self, request: api.ForkSessionRequest, context: Context) -> api.ForkSessionResponse:
-        view = await self._core.fork_session(
+        view = await self._agent.forks.fork_session(
             call_context(context),
             request.source_session_id,
             identity=convert.identity_from_proto(request.identity, "identity"),
@@ -185,7 +185,7 @@ class AgentServicer(api_grpc.AgentServiceServicer):
 
     @unary
     async def ResetSession(self, request: api.ResetSessionRequest, context: Context) -> api.ResetSessionResponse:
-        view = await self._core.reset_session(
+        view = await self._agent.sessions.reset_session(
             call_context(context), request.session_id, request.reason, idem=convert.idempotency(request)
         )
         return api.ResetSessionResponse(session=convert.session_to_proto(view))
@@ -194,7 +194,7 @@ class AgentServicer(api_grpc.AgentServiceServicer):
     async def GetSessionHistory(
         self, request: api.GetSessionHistoryRequest, context: Context
     ) -> api.GetSessionHistoryResponse:
-        entries, token = await self._core.get_history(
+        entries, token = await self._agent.sessions.get_history(
             call_context(context),
             request.session_id,
             page_size=request.page_size,
@@ -209,7 +209,7 @@ class AgentServicer(api_grpc.AgentServiceServicer):
     async def StreamTurn(
         self, request: api.StreamTurnRequest, context: Context
     ) -> AsyncIterator[api.StreamTurnResponse]:
-        events = self._core.turns.stream_turn(
+        events = self._agent.runs.stream_turn(
             call_context(context),
             request.session_id,
             convert.parts_from_proto(request.input, "input"),
@@ -224,7 +224,7 @@ class AgentServicer(api_grpc.AgentServiceServicer):
         self, request: api.WatchSessionRequest, context: Context
     ) -> AsyncIterator[api.WatchSessionResponse]:
         after = request.after_sequence if request.HasField("after_sequence") else None
-        async for event in self._core.turns.watch(call_context(context), request.session_id, after):
+        async for event in self._agent.runs.watch(call_context(context), request.session_id, after):
             yield api.WatchSessionResponse(event=convert.event_to_proto(event))
 
     async def RunSession(
@@ -238,7 +238,7 @@ class AgentServicer(api_grpc.AgentServiceServicer):
                 raise invalid_argument("attach", "the stream ended before attach")
             attach = convert.attach_from_proto(first)
             commands = (convert.command_from_proto(r, attach.on_disconnect) async for r in request_iterator)
-            stream = RunSessionStream(self._core, call_context(context), attach)
+            stream = self._agent.attach(call_context(context), attach)
             async for output in stream.run(commands):
                 yield convert.run_output_to_proto(output)
         except Exception as exc:
@@ -248,7 +248,7 @@ class AgentServicer(api_grpc.AgentServiceServicer):
     async def SubmitHostedToolResult(
         self, request: api.SubmitHostedToolResultRequest, context: Context
     ) -> AsyncIterator[api.SubmitHostedToolResultResponse]:
-        events = self._core.turns.submit(
+        events = self._agent.runs.submit(
             call_context(context),
             request.session_id,
             request.call_id,
@@ -260,7 +260,7 @@ class AgentServicer(api_grpc.AgentServiceServicer):
 
     @unary
     async def InjectMessage(self, request: api.InjectMessageRequest, context: Context) -> api.InjectMessageResponse:
-        run_id = await self._core.turns.inject(
+        run_id = await self._agent.runs.inject(
             call_context(context),
             request.session_id,
             convert.parts_from_proto(request.input, "input"),
@@ -270,24 +270,24 @@ class AgentServicer(api_grpc.AgentServiceServicer):
 
     @unary
     async def RequestStop(self, request: api.RequestStopRequest, context: Context) -> api.RequestStopResponse:
-        run_id = await self._core.turns.request_stop(call_context(context), request.session_id)
+        run_id = await self._agent.runs.request_stop(call_context(context), request.session_id)
         return api.RequestStopResponse(run_id=run_id)
 
     @unary
     async def ClearStop(self, request: api.ClearStopRequest, context: Context) -> api.ClearStopResponse:
-        was_set = await self._core.turns.clear_stop(call_context(context), request.session_id)
+        was_set = await self._agent.runs.clear_stop(call_context(context), request.session_id)
         return api.ClearStopResponse(was_set=was_set)
 
     @unary
     async def CancelRun(self, request: api.CancelRunRequest, context: Context) -> api.CancelRunResponse:
-        run_id = await self._core.turns.cancel_run(call_context(context), request.session_id, request.run_id)
+        run_id = await self._agent.runs.cancel_run(call_context(context), request.session_id, request.run_id)
         return api.CancelRunResponse(cancelled=bool(run_id), run_id=run_id)
 
     @unary
     async def RegisterHooks(self, request: api.RegisterHooksRequest, context: Context) -> api.RegisterHooksResponse:
         if not request.HasField("registration"):
             raise invalid_argument("registration", "is required")
-        spec = await self._core.register_hooks(
+        spec = await self._agent.register_hooks(
             call_context(context), convert.registration_from_proto(request.registration)
         )
         return api.RegisterHooksResponse(registration=convert.registration_to_proto(spec))
@@ -296,20 +296,20 @@ class AgentServicer(api_grpc.AgentServiceServicer):
     async def UnregisterHooks(
         self, request: api.UnregisterHooksRequest, context: Context
     ) -> api.UnregisterHooksResponse:
-        removed = await self._core.unregister_hooks(call_context(context), request.plugin_id, request.session_id)
+        removed = await self._agent.hooks.unregister(call_context(context), request.plugin_id, request.session_id)
         return api.UnregisterHooksResponse(removed=removed)
 
     @unary
     async def ListHookRegistrations(
         self, request: api.ListHookRegistrationsRequest, context: Context
     ) -> api.ListHookRegistrationsResponse:
-        specs = await self._core.list_hook_registrations(call_context(context), request.session_id)
+        specs = await self._agent.hooks.registrations(call_context(context).tenant, request.session_id)
         return api.ListHookRegistrationsResponse(registrations=[convert.registration_to_proto(s) for s in specs])
 
     @unary
     async def EmitHook(self, request: api.EmitHookRequest, context: Context) -> api.EmitHookResponse:
         hook_context = json_format.MessageToDict(request.context) if request.HasField("context") else {}
-        outcome = await self._core.emit_hook(
+        outcome = await self._agent.emit_hook(
             call_context(context),
             request.hook_name,
             json_format.MessageToDict(request.event),
@@ -326,7 +326,7 @@ class AgentServicer(api_grpc.AgentServiceServicer):
 
     @unary
     async def GetUsage(self, request: api.GetUsageRequest, context: Context) -> api.GetUsageResponse:
-        view = await self._core.get_session(call_context(context), request.session_id)
+        view = await self._agent.sessions.get_session(call_context(context), request.session_id)
         response = api.GetUsageResponse(cumulative_usage=convert.usage_to_proto(view.record.cumulative_usage))
         if view.record.usage_snapshot is not None:
             response.usage_snapshot.CopyFrom(convert.snapshot_to_proto(view.record.usage_snapshot))
@@ -335,12 +335,12 @@ class AgentServicer(api_grpc.AgentServiceServicer):
     # ------------------------------------------------------------------ info
     @unary
     async def GetServerInfo(self, request: api.GetServerInfoRequest, context: Context) -> api.GetServerInfoResponse:
-        settings = self._core.settings
+        settings = self._agent.settings
         return api.GetServerInfoResponse(
             version=general_agent_server.__version__,
             api_version=general_agent_server.API_VERSION,
             capabilities=list(CAPABILITIES),
-            default_model_ref=settings.default_model_ref,
+            default_model_ref=settings.default_model,
             limits=self._limits,
         )
 
@@ -359,7 +359,7 @@ class AgentServicer(api_grpc.AgentServiceServicer):
     async def ListCheckpoints(
         self, request: api.ListCheckpointsRequest, context: Context
     ) -> api.ListCheckpointsResponse:
-        page = await self._core.list_checkpoints(
+        page = await self._agent.sessions.list_checkpoints(
             call_context(context), request.session_id, page_size=request.page_size, page_token=request.page_token
         )
         return api.ListCheckpointsResponse(
@@ -371,7 +371,7 @@ class AgentServicer(api_grpc.AgentServiceServicer):
     async def RestoreCheckpoint(
         self, request: api.RestoreCheckpointRequest, context: Context
     ) -> api.RestoreCheckpointResponse:
-        result = await self._core.restore_checkpoint(
+        result = await self._agent.sessions.restore_checkpoint(
             call_context(context), request.session_id, request.checkpoint_id, idem=convert.idempotency(request)
         )
         return api.RestoreCheckpointResponse(

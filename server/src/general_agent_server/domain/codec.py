@@ -16,7 +16,6 @@ from general_agent_server.domain.history import HistoryMessage
 from general_agent_server.domain.records import RunRecord, ToolCallRecord
 from general_agent_server.domain.session import ForkOrigin, SessionConfig, Usage, UsageSnapshot
 from general_agent_server.domain.transcript import TranscriptBody
-from general_agent_server.hooks.registrations import HookRegistrationSpec
 
 _CONFIG = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
 
@@ -39,7 +38,7 @@ class JsonCodec(Generic[T]):
         return self._adapter.dump_python(value, mode="json")
 
 
-def _codec(tp: Any) -> JsonCodec[Any]:
+def json_codec(tp: Any) -> JsonCodec[Any]:
     # Unions and containers take the config (bytes as base64 for image parts nested in them); pydantic
     # refuses a config for a bare dataclass, and those carry no bytes.
     if dataclasses.is_dataclass(tp):
@@ -47,21 +46,21 @@ def _codec(tp: Any) -> JsonCodec[Any]:
     return JsonCodec(TypeAdapter(tp, config=_CONFIG))
 
 
-EVENT_BODY: JsonCodec[EventBody] = _codec(Annotated[EventBody, Field(discriminator="kind")])
-TRANSCRIPT_BODY: JsonCodec[TranscriptBody] = _codec(Annotated[TranscriptBody, Field(discriminator="kind")])
-CONTENT_PARTS: JsonCodec[tuple[ContentPart, ...]] = _codec(
+EVENT_BODY: JsonCodec[EventBody] = json_codec(Annotated[EventBody, Field(discriminator="kind")])
+TRANSCRIPT_BODY: JsonCodec[TranscriptBody] = json_codec(Annotated[TranscriptBody, Field(discriminator="kind")])
+CONTENT_PARTS: JsonCodec[tuple[ContentPart, ...]] = json_codec(
     tuple[Annotated[ContentPart, Field(discriminator="kind")], ...]
 )
-HISTORY_MESSAGE: JsonCodec[HistoryMessage] = _codec(HistoryMessage)
-SESSION_CONFIG: JsonCodec[SessionConfig] = _codec(SessionConfig)
-USAGE: JsonCodec[Usage] = _codec(Usage)
-USAGE_SNAPSHOT: JsonCodec[UsageSnapshot] = _codec(UsageSnapshot)
-FORK_ORIGIN: JsonCodec[ForkOrigin] = _codec(ForkOrigin)
-ERROR_DETAIL: JsonCodec[ErrorDetail] = _codec(ErrorDetail)
-RUN_RECORD: JsonCodec[RunRecord] = _codec(RunRecord)
+HISTORY_MESSAGE: JsonCodec[HistoryMessage] = json_codec(HistoryMessage)
+SESSION_CONFIG: JsonCodec[SessionConfig] = json_codec(SessionConfig)
+USAGE: JsonCodec[Usage] = json_codec(Usage)
+USAGE_SNAPSHOT: JsonCodec[UsageSnapshot] = json_codec(UsageSnapshot)
+FORK_ORIGIN: JsonCodec[ForkOrigin] = json_codec(ForkOrigin)
+ERROR_DETAIL: JsonCodec[ErrorDetail] = json_codec(ErrorDetail)
+RUN_RECORD: JsonCodec[RunRecord] = json_codec(RunRecord)
 # A bare dataclass gets no config, but the record nests image bytes: wrap it in a tuple so the base64
 # setting applies.
-_TOOL_CALLS: JsonCodec[tuple[ToolCallRecord]] = _codec(tuple[ToolCallRecord])
+_TOOL_CALLS: JsonCodec[tuple[ToolCallRecord]] = json_codec(tuple[ToolCallRecord])
 
 
 class _ToolCallCodec:
@@ -73,4 +72,3 @@ class _ToolCallCodec:
 
 
 TOOL_CALL = _ToolCallCodec()
-HOOK_REGISTRATION: JsonCodec[HookRegistrationSpec] = _codec(HookRegistrationSpec)

@@ -14,7 +14,6 @@ from general_agent_server.domain.content import IMAGE_MIME_TYPES, ContentPart, I
 from general_agent_server.domain.errors import ErrorCode, ServiceError, invalid_argument, not_implemented, quoted
 from general_agent_server.domain.json_values import check_json_depth
 from general_agent_server.domain.session import HostedToolDefinition, SessionConfig, SessionLimits, ThinkingMode
-from general_agent_server.tools.runtime import TOOL_NAME_PATTERN
 
 # Ids become file names (transcripts, workspaces): a conservative alphabet, no leading dot.
 _ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@-]{0,127}$")
@@ -190,6 +189,8 @@ RESERVED_TOOL_NAMES = frozenset(
         "glob", "grep",
     }
 )  # fmt: skip
+# The provider's tool-name pattern: what a hosted tool may be called.
+TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 _TOOL_NAME = re.compile(TOOL_NAME_PATTERN)
 
 

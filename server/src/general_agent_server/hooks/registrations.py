@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from general_agent_server.domain.codec import JsonCodec, json_codec
 from general_agent_server.domain.errors import ServiceError, invalid_argument, quoted
 from general_agent_server.domain.validation import DEFAULT_LIMITS, InputLimits, check_id, over_limit
 from general_agent_server.hooks.payloads import DEFAULT_MAX_PAYLOAD_BYTES, IncludeMessages, MessageSelection
@@ -44,6 +45,10 @@ class HookRegistrationSpec:
     tenant: str = ""
     session_id: str = ""
     create_time: datetime | None = None
+
+
+# How a registration is stored (as a JSON document; never with a mutual-TLS client key, see hooks/admin.py).
+HOOK_REGISTRATION: JsonCodec[HookRegistrationSpec] = json_codec(HookRegistrationSpec)
 
 
 class HookDialer(Protocol):

@@ -11,48 +11,95 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from general_agent_server.domain.content import TextPart
 from general_agent_server.domain.records import CallResult
+from general_agent_server.domain.session import SessionRecord
 from general_agent_server.domain.transcript import ToolResultEntry, TranscriptEntry
 from general_agent_server.exports.transcript_json import EntryShapeError, entry_from_hook_message, hook_message
 from general_agent_server.hooks.runner import HookOutcome, HookRunner, JsonObject
-
-if TYPE_CHECKING:
-    from general_agent_server.sessions.live import SessionActor
 
 logger = logging.getLogger(__name__)
 
 WRITE_PATH_HOOKS = frozenset({"tool_result_persist", "before_message_write"})
 
 
-class SessionHooks:
-    """The hooks of one session actor. Without a hook runner every method is a cheap no-op."""
+class HookScope(Protocol):
+    """Where a session's hooks get its identity from (the session's ledger)."""
 
-    def __init__(self, actor: SessionActor, runner: HookRunner | None) -> None:
-        # Weak: the actor owns its hooks, and a cycle would keep an evicted session's history and prompt in
+    @property
+    def tenant(self) -> str: ...
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def record(self) -> SessionRecord: ...
+
+
+class SessionHooks:
+    """The hooks of one loaded session. Without a hook runner every method is a cheap no-op."""
+
+    def __init__(self, scope: HookScope, workspace: Path, runner: HookRunner | None) -> None:
+        # Weak: the session owns its hooks, and a cycle would keep an evicted session's history and prompt in
         # memory until the cyclic garbage collector happens to run.
-        self._actor_ref = weakref.ref(actor)
+        self._scope_ref = weakref.ref(scope)
+        self._workspace = workspace
         self.runner = runner
         self._dispatch_seq = 0
-        # session_start fired in this process (session_end fires only then, as in the seed).
+        # session_start fired in this process (session_end fires only then, as in the seed), and when.
         self.session_started = False
+        self.started_at = time.monotonic()
         # The seed's agentId: a subagent child's label, empty for ordinary sessions.
         self.agent_id = ""
 
     @property
-    def _actor(self) -> SessionActor:
-        actor = self._actor_ref()
-        assert actor is not None, "hooks outlived their session actor"
-        return actor
+    def _scope(self) -> HookScope:
+        scope = self._scope_ref()
+        assert scope is not None, "hooks outlived their session"
+        return scope
+
+    @property
+    def session_id(self) -> str:
+        return self._scope.session_id
 
     def wants(self, hooks: frozenset[str]) -> bool:
         if self.runner is None:
             return False
-        actor = self._actor
-        return self.runner.registry.has_handlers(hooks, tenant=actor.tenant, session_id=actor.session_id)
+        scope = self._scope
+        return self.runner.registry.has_handlers(hooks, tenant=scope.tenant, session_id=scope.session_id)
+
+    def session_start(self, run_id: str, *, resumed_from: str) -> None:
+        """session_start, on the first turn of this session in this process. `resumed_from` is the fork source
+        for a fork, the session itself when it had history before, empty for a fresh session."""
+        if self.session_started:
+            return
+        self.session_started = True
+        self.started_at = time.monotonic()
+        scope = self._scope
+        event: JsonObject = {"sessionId": scope.session_id, "sessionKey": scope.record.identity.session_key}
+        if resumed_from:
+            event["resumedFrom"] = resumed_from
+        self.fire("session_start", event, run_id)
+
+    async def session_end(self, message_count: int, *, wait: bool) -> None:
+        """session_end: the session object ends (eviction, shutdown) or the session is deleted."""
+        self.session_started = False
+        scope = self._scope
+        event: JsonObject = {
+            "sessionId": scope.session_id,
+            "sessionKey": scope.record.identity.session_key,
+            "messageCount": message_count,
+            "durationMs": int((time.monotonic() - self.started_at) * 1000),
+        }
+        if wait:
+            await self.fire_and_wait("session_end", event)
+        else:
+            self.fire("session_end", event, "")
 
     def begin_run(self) -> None:
         self._dispatch_seq = 0
@@ -60,16 +107,16 @@ class SessionHooks:
     def context(self, run_id: str, **extra: Any) -> JsonObject:
         """HookContext in the seed's agent/tool shape; `dispatchSeq` orders dispatches within a run and is
         0 outside one (session_end, before_reset), as hook.proto documents."""
-        actor = self._actor
+        scope = self._scope
         if run_id:
             self._dispatch_seq += 1
-        identity = actor.record.identity
+        identity = scope.record.identity
         return {
-            "sessionId": actor.session_id,
+            "sessionId": scope.session_id,
             "sessionKey": identity.session_key,
             "agentId": self.agent_id,
             "runId": run_id,
-            "workspaceDir": str(actor.workspace),
+            "workspaceDir": str(self._workspace),
             "dispatchSeq": self._dispatch_seq if run_id else 0,
             **extra,
         }
@@ -80,13 +127,13 @@ class SessionHooks:
         """Awaits a modifying (or write-path) hook; None when nobody handles it."""
         if self.runner is None or not self.wants(frozenset({hook})):
             return None
-        actor = self._actor
+        scope = self._scope
         return await self.runner.run(
             hook,
             event,
             self.context(run_id, **extra),
-            tenant=actor.tenant,
-            session_id=actor.session_id,
+            tenant=scope.tenant,
+            session_id=scope.session_id,
             budget_seconds=budget,
         )
 
@@ -94,8 +141,8 @@ class SessionHooks:
         """Dispatches a void hook in pipeline order and does not wait for it: observers never stall a turn."""
         if self.runner is None or not self.wants(frozenset({hook})):
             return
-        actor = self._actor
-        self.runner.fire(hook, event, self.context(run_id, **extra), tenant=actor.tenant, session_id=actor.session_id)
+        scope = self._scope
+        self.runner.fire(hook, event, self.context(run_id, **extra), tenant=scope.tenant, session_id=scope.session_id)
 
     async def fire_and_wait(self, hook: str, event: JsonObject, run_id: str = "", **extra: Any) -> None:
         """A void hook awaited within its handlers' timeouts (before_reset, session_end at shutdown)."""
@@ -150,7 +197,7 @@ class SessionHooks:
 
     async def _filter(self, entry: TranscriptEntry) -> TranscriptEntry | None:
         """Chains the write-path hooks over one entry; None skips the write."""
-        actor = self._actor
+        scope = self._scope
         current = entry
         if isinstance(entry.body, ToolResultEntry):
             tool: dict[str, Any] = {"toolName": entry.body.tool_name, "toolCallId": entry.body.call_id}
@@ -162,7 +209,7 @@ class SessionHooks:
                 current = self._accepted(current, persisted.result.get("message"), "tool_result_persist")
         written = await self.run(
             "before_message_write",
-            {"message": hook_message(current), "sessionKey": actor.record.identity.session_key},
+            {"message": hook_message(current), "sessionKey": scope.record.identity.session_key},
             entry.run_id,
         )
         if written is not None and written.result is not None:

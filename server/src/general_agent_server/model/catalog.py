@@ -63,6 +63,12 @@ def provider_model_id(model_ref: str) -> str:
     return model if sep and provider == "anthropic" else model_ref
 
 
+def provider_and_model(model_ref: str) -> tuple[str, str]:
+    """What hooks see of a model ref: `(provider, model)`, the provider `anthropic` for a bare id."""
+    provider, _, model = model_ref.rpartition("/")
+    return provider or "anthropic", model
+
+
 def capabilities(model_ref: str) -> ModelCapabilities:
     model_id = provider_model_id(model_ref).lower().replace(".", "-")
     for marker, caps in _FAMILIES:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from general_agent_server.model.port import Credential
+from general_agent_server.security.redaction import register_secret
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -95,3 +96,21 @@ class CredentialResolver:
         if self._server_default is not None:
             keys.append(self._server_default.api_key)
         return [k for k in keys if k]
+
+
+class SessionKeys:
+    """The in-memory API key overrides of sessions (CreateSession/ResumeSession `api_key`): never persisted,
+    registered with the redactor so they appear nowhere, gone with the process."""
+
+    def __init__(self) -> None:
+        self._keys: dict[tuple[str, str], str] = {}
+
+    def get(self, tenant: str, session_id: str) -> str:
+        return self._keys.get((tenant, session_id), "")
+
+    def set(self, tenant: str, session_id: str, api_key: str) -> None:
+        if api_key:
+            self._keys[(tenant, session_id)] = register_secret(api_key)
+
+    def forget(self, tenant: str, session_id: str) -> None:
+        self._keys.pop((tenant, session_id), None)

@@ -25,7 +25,7 @@ from general_agent_server.domain.records import (
 )
 from general_agent_server.domain.session import SessionRecord, SessionState
 from general_agent_server.domain.transcript import ToolResultEntry, TranscriptEntry
-from general_agent_server.runs.driver import tool_result_block
+from general_agent_server.runs.results import tool_result_block
 from general_agent_server.store.port import SessionStore, WriteBatch
 
 INTERRUPTED_MESSAGE = "the run was interrupted by a server restart"

@@ -1,12 +1,12 @@
-"""Loads session actors on demand. An idle actor holds no task; the most recently used idle actors stay
-cached so the next turn does not re-read the session and its history from the store. The cache is bounded
-by count and by the estimated bytes of its sessions (sessions/footprint.py): least recently used idle actors
-leave first; an actor in use is never evicted. Also holds the in-memory API key overrides, which are never
-persisted.
+"""The loaded sessions: loaded on demand, kept while in use, and the most recently used idle ones cached so
+the next turn does not re-read the session and its history from the store. An idle session holds no task.
+The cache is bounded by count and by the estimated bytes of its sessions (sessions/footprint.py): least
+recently used idle sessions leave first; a session in use is never evicted.
 
-Every actor in memory holds its session's lease in the store (spec 8.1) under this server's replica id,
-renewed in the background and released when the actor leaves memory, so a second replica sharing the
-store never drives the same session at the same time: it gets UNAVAILABLE until the lease is free."""
+Every session in memory holds its lease in the store under this server's replica id (docs/architecture.md,
+"Leases"), renewed in the background and released when the session leaves memory, so a second replica
+sharing the store never drives the same session at the same time: it gets SESSION_BUSY until the lease is
+free."""
 
 from __future__ import annotations
 
@@ -20,31 +20,30 @@ from contextlib import asynccontextmanager
 
 from general_agent_server.domain.errors import ErrorCode, ServiceError, session_not_found
 from general_agent_server.domain.history import HistoryMessage
-from general_agent_server.domain.records import CallStatus
 from general_agent_server.domain.session import SessionRecord, SessionState
+from general_agent_server.runs.state import ActiveRun
 from general_agent_server.sessions.footprint import SessionFootprint
-from general_agent_server.sessions.live import ActiveRun, ActorDeps, SessionActor
+from general_agent_server.sessions.live import LiveSession, SessionDeps
 
 logger = logging.getLogger(__name__)
 
 _Key = tuple[str, str]
 
 
-class ActorRegistry:
-    def __init__(self, deps: ActorDeps) -> None:
+class SessionCache:
+    def __init__(self, deps: SessionDeps) -> None:
         self._deps = deps
         self._store = deps.store
         self._settings = deps.settings
         self._exporter = deps.exporter
-        self._actors: dict[_Key, SessionActor] = {}
-        # Idle actors, least recently used first; bounded by settings.max_idle_actors and, through their
-        # estimated sizes, by settings.max_idle_actor_bytes.
-        self._idle: OrderedDict[_Key, SessionActor] = OrderedDict()
+        self._in_use: dict[_Key, LiveSession] = {}
+        # Idle sessions, least recently used first; bounded by settings.max_idle_sessions and, through their
+        # estimated sizes, by settings.max_idle_session_bytes.
+        self._idle: OrderedDict[_Key, LiveSession] = OrderedDict()
         self._idle_sizes: dict[_Key, int] = {}
         self.idle_bytes = 0
-        self._footprints: weakref.WeakKeyDictionary[SessionActor, SessionFootprint] = weakref.WeakKeyDictionary()
-        self._loading: dict[_Key, asyncio.Future[SessionActor | None]] = {}
-        self.memory_keys: dict[_Key, str] = {}
+        self._footprints: weakref.WeakKeyDictionary[LiveSession, SessionFootprint] = weakref.WeakKeyDictionary()
+        self._loading: dict[_Key, asyncio.Future[LiveSession | None]] = {}
         self._renewer: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
 
@@ -53,14 +52,14 @@ class ActorRegistry:
         self._renewer = asyncio.create_task(self._renew_leases(), name="lease-renewal")
 
     async def close(self) -> None:
-        """Stops renewing and releases the leases of every actor in memory (the process is going away)."""
+        """Stops renewing and releases the leases of every session in memory (the process is going away)."""
         if self._renewer is not None:
             self._renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._renewer
             self._renewer = None
-        for actor in self.loaded():
-            await self._release(actor.tenant, actor.session_id)
+        for session in self.loaded():
+            await self._release(session.tenant, session.session_id)
 
     async def claim(self, tenant: str, session_id: str) -> None:
         """Takes the session's lease for this replica, or fails SESSION_BUSY while another replica holds it."""
@@ -84,61 +83,61 @@ class ActorRegistry:
         interval = self._settings.lease_ttl_seconds / 3
         while True:
             await asyncio.sleep(interval)
-            for actor in self.loaded():
+            for session in self.loaded():
                 try:
-                    await self.claim(actor.tenant, actor.session_id)
+                    await self.claim(session.tenant, session.session_id)
                 except ServiceError:
                     # Another replica took an expired lease: this copy is stale, drop it when it is idle.
-                    logger.warning("lost the lease of session %s", actor.session_id, extra={"category": "system"})
-                    if actor.idle:
-                        self._unpark((actor.tenant, actor.session_id))
+                    logger.warning("lost the lease of session %s", session.session_id, extra={"category": "system"})
+                    if session.idle:
+                        self._unpark((session.tenant, session.session_id))
                 except Exception:
                     logger.exception("lease renewal failed", extra={"category": "system"})
 
-    def active(self) -> list[SessionActor]:
-        return list(self._actors.values())
+    def active(self) -> list[LiveSession]:
+        return list(self._in_use.values())
 
-    def peek(self, tenant: str, session_id: str) -> SessionActor | None:
+    def peek(self, tenant: str, session_id: str) -> LiveSession | None:
         key = (tenant, session_id)
-        return self._actors.get(key) or self._idle.get(key)
+        return self._in_use.get(key) or self._idle.get(key)
 
-    async def adopt(self, actor: SessionActor) -> None:
-        """Caches the actor of a session this process just created (nothing to read back)."""
-        await self.claim(actor.tenant, actor.session_id)
-        actor.on_idle = self._drop_if_idle
-        self._park(actor)
+    async def adopt(self, session: LiveSession) -> None:
+        """Caches the session of a session this process just created (nothing to read back)."""
+        await self.claim(session.tenant, session.session_id)
+        session.on_idle = self._drop_if_idle
+        self._park(session)
 
     @asynccontextmanager
-    async def use(self, tenant: str, session_id: str) -> AsyncIterator[SessionActor]:
-        """The session's actor, loaded if needed and kept while in use. NOT_FOUND for unknown ids."""
-        actor = await self._acquire(tenant, session_id)
+    async def use(self, tenant: str, session_id: str) -> AsyncIterator[LiveSession]:
+        """The session's session, loaded if needed and kept while in use. NOT_FOUND for unknown ids."""
+        session = await self._acquire(tenant, session_id)
         try:
-            yield actor
+            yield session
         finally:
-            actor.users -= 1
-            self._drop_if_idle(actor)
+            session.users -= 1
+            self._drop_if_idle(session)
 
-    def release_idle(self, actor: SessionActor) -> None:
-        self._drop_if_idle(actor)
+    def release_idle(self, session: LiveSession) -> None:
+        self._drop_if_idle(session)
 
     def forget(self, tenant: str, session_id: str) -> None:
         """The session is gone (deleted): its lease row went with it."""
-        self._actors.pop((tenant, session_id), None)
+        self._in_use.pop((tenant, session_id), None)
         self._unpark((tenant, session_id))
-        self.memory_keys.pop((tenant, session_id), None)
+        self._deps.keys.forget(tenant, session_id)
 
-    async def _acquire(self, tenant: str, session_id: str) -> SessionActor:
+    async def _acquire(self, tenant: str, session_id: str) -> LiveSession:
         key = (tenant, session_id)
-        actor = self._actors.get(key)
-        if actor is None and (actor := self._unpark(key)) is not None:
-            self._actors[key] = actor
-        if actor is None:
-            actor = await self._loaded(key)
-            actor = self._actors.setdefault(key, actor)
-        actor.users += 1
-        return actor
+        session = self._in_use.get(key)
+        if session is None and (session := self._unpark(key)) is not None:
+            self._in_use[key] = session
+        if session is None:
+            session = await self._loaded(key)
+            session = self._in_use.setdefault(key, session)
+        session.users += 1
+        return session
 
-    async def _loaded(self, key: _Key) -> SessionActor:
+    async def _loaded(self, key: _Key) -> LiveSession:
         """Loads a session once however many callers ask at the same time. The first caller loads; the
         others await its future. Every outcome is retrieved by the loader itself, so a failure nobody else
         waited for is never left unobserved; a loader cancelled by its client makes the others load again."""
@@ -157,68 +156,71 @@ class ActorRegistry:
                 finally:
                     del self._loading[key]
             try:
-                actor = await asyncio.shield(loading)
+                session = await asyncio.shield(loading)
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if loading.cancelled() and task is not None and not task.cancelling():
                     continue  # the loader's caller went away, not this one
                 raise
-            if actor is None:
+            if session is None:
                 raise session_not_found(key[1])
-            return actor
+            return session
 
-    async def _load(self, tenant: str, session_id: str) -> SessionActor | None:
+    async def _load(self, tenant: str, session_id: str) -> LiveSession | None:
         record = await self._store.get_session(tenant, session_id)
         if record is None:
             return None
         await self.claim(tenant, session_id)
         history, stored_bytes = await self._store.load_history_sized(tenant, session_id)
         await self._exporter.reconcile(tenant, session_id, self._store)
-        actor = self.new_actor(record, history)
-        self._footprints[actor] = SessionFootprint(history, stored_bytes)
+        session = self.new_session(record, history)
+        self._footprints[session] = SessionFootprint(history, stored_bytes)
         if record.state is SessionState.SUSPENDED and record.active_run_id:
-            await self._restore_suspension(actor)
-        return actor
+            await self._restore_suspension(session)
+        return session
 
-    async def _restore_suspension(self, actor: SessionActor) -> None:
-        """A suspended run survives restarts: its run row and pending round come back from the store and
-        the hosted deadlines are re-armed (expired ones fire at once)."""
-        record = actor.record
+    async def _restore_suspension(self, session: LiveSession) -> None:
+        """A suspended run survives restarts: its run row and pending round come back from the store and the
+        hosted deadlines are re-armed (expired ones fire at once)."""
+        record = session.record
         run_record = await self._store.get_run(record.tenant, record.session_id, record.active_run_id)
         if run_record is None:
             return
         calls = await self._store.list_tool_calls(record.tenant, record.session_id, run_record.run_id)
         last_round = max((c.round_index for c in calls), default=0)
-        actor.round = [c for c in calls if c.round_index == last_round]
-        run = ActiveRun(run_id=run_record.run_id, record=run_record, model_ref=run_record.model_ref, credential=None)
-        run.admitted.set()
-        actor.run = run
-        actor.arm_deadlines([c for c in actor.round if c.status is CallStatus.PENDING])
+        run = ActiveRun(
+            run_id=run_record.run_id,
+            record=run_record,
+            model_ref=run_record.model_ref,
+            credential=None,
+            round=[c for c in calls if c.round_index == last_round],
+        )
+        session.restore_suspension(run)
 
-    def new_actor(self, record: SessionRecord, history: list[HistoryMessage]) -> SessionActor:
-        actor = SessionActor(record=record, history=history, deps=self._deps)
-        actor.on_idle = self._drop_if_idle
-        return actor
+    def new_session(self, record: SessionRecord, history: list[HistoryMessage]) -> LiveSession:
+        session = LiveSession(record=record, history=history, deps=self._deps)
+        session.on_idle = self._drop_if_idle
+        return session
 
-    def _drop_if_idle(self, actor: SessionActor) -> None:
-        key = (actor.tenant, actor.session_id)
-        if actor.idle and self._actors.get(key) is actor:
-            del self._actors[key]
-            self._park(actor)
+    def _drop_if_idle(self, session: LiveSession) -> None:
+        key = (session.tenant, session.session_id)
+        if session.idle and self._in_use.get(key) is session:
+            del self._in_use[key]
+            self._park(session)
 
-    def _park(self, actor: SessionActor) -> None:
-        key = (actor.tenant, actor.session_id)
-        footprint = self._footprints.get(actor)
+    def _park(self, session: LiveSession) -> None:
+        key = (session.tenant, session.session_id)
+        footprint = self._footprints.get(session)
         if footprint is None:
-            footprint = self._footprints[actor] = SessionFootprint()
-        size = footprint.estimate(actor.record.config, actor.history)
+            footprint = self._footprints[session] = SessionFootprint()
+        size = footprint.estimate(session.record.config, session.history)
         self._unpark(key)
-        self._idle[key] = actor
+        self._idle[key] = session
         self._idle_sizes[key] = size
         self.idle_bytes += size
         settings = self._settings
         while self._idle and (
-            len(self._idle) > settings.max_idle_actors or self.idle_bytes > settings.max_idle_actor_bytes
+            len(self._idle) > settings.max_idle_sessions or self.idle_bytes > settings.max_idle_session_bytes
         ):
             evicted_key, evicted = self._idle.popitem(last=False)
             self.idle_bytes -= self._idle_sizes.pop(evicted_key)
@@ -226,18 +228,18 @@ class ActorRegistry:
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
-    def _unpark(self, key: _Key) -> SessionActor | None:
-        """Takes an actor out of the idle cache (it is in use again, gone, or stale)."""
-        actor = self._idle.pop(key, None)
+    def _unpark(self, key: _Key) -> LiveSession | None:
+        """Takes a session out of the idle cache (it is in use again, gone, or stale)."""
+        session = self._idle.pop(key, None)
         self.idle_bytes -= self._idle_sizes.pop(key, 0)
-        return actor
+        return session
 
-    async def _evicted(self, actor: SessionActor) -> None:
+    async def _evicted(self, session: LiveSession) -> None:
         """The session object ends here (a later turn loads a new one and fires session_start again)."""
-        await actor.end_session_hooks(wait=False)
-        if self.peek(actor.tenant, actor.session_id) is None:  # not loaded again meanwhile
-            await self._release(actor.tenant, actor.session_id)
+        await session.end_session_hooks(wait=False)
+        if self.peek(session.tenant, session.session_id) is None:  # not loaded again meanwhile
+            await self._release(session.tenant, session.session_id)
 
-    def loaded(self) -> list[SessionActor]:
-        """Every actor in memory, active or idle."""
-        return [*self._actors.values(), *self._idle.values()]
+    def loaded(self) -> list[LiveSession]:
+        """Every session in memory, active or idle."""
+        return [*self._in_use.values(), *self._idle.values()]

@@ -41,6 +41,9 @@ def request_id_reused(request_id: str, **metadata: str) -> ServiceError:
 class IdempotencyKeys:
     """Replays and records the answers of keyed requests."""
 
+    def keyed(self, tenant: str, rpc: str, idem: Idempotency | None) -> KeyedRequest:
+        return KeyedRequest(keys=self, tenant=tenant, rpc=rpc, idem=idem)
+
     def __init__(self, store: SessionStore, *, ttl_seconds: float) -> None:
         self._store = store
         self._ttl = timedelta(seconds=ttl_seconds)
@@ -78,3 +81,23 @@ class IdempotencyKeys:
         record = self.record(tenant, rpc, idem, result)
         if record is not None:
             await self._store.write(WriteBatch(tenant=tenant, session_id=session_id, idempotency=record))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KeyedRequest:
+    """One request's key, bound to its tenant and RPC: what a session command needs to replay the first
+    answer or commit its own with its effect, under the session's command lock."""
+
+    keys: IdempotencyKeys
+    tenant: str
+    rpc: str
+    idem: Idempotency | None
+
+    async def replay(self) -> dict[str, Any] | None:
+        return await self.keys.replay(self.tenant, self.rpc, self.idem)
+
+    def record(self, result: dict[str, Any]) -> IdempotencyRecord | None:
+        return self.keys.record(self.tenant, self.rpc, self.idem, result)
+
+    async def remember(self, session_id: str, result: dict[str, Any]) -> None:
+        await self.keys.remember(self.tenant, session_id, self.rpc, self.idem, result)

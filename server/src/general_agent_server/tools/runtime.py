@@ -24,7 +24,6 @@ from general_agent_server.security.redaction import redact
 logger = logging.getLogger(__name__)
 
 # Names the provider accepts for tools.
-TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 
 
 class ToolKind(enum.Enum):

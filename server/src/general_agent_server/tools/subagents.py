@@ -1,4 +1,4 @@
-"""The `subagents` tool (spec 9; reference general-agent-sdk.md 11.6): a child session with its own
+"""The `subagents` tool (docs/tools.md): a child session with its own
 instructions, model and allowed tools runs one turn to completion and its final text returns to the parent.
 
 Differences from the seed, on purpose: a failed child (hook refusal, failed or stopped run) is a tool error
@@ -10,20 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from general_agent_server.domain.clock import utcnow
-from general_agent_server.domain.content import TextPart
-from general_agent_server.domain.events import RunFinished, RunOutcome
-from general_agent_server.domain.session import SessionIdentity
-from general_agent_server.runs.control import BusyPolicy, OnDisconnect, TurnOptions
-from general_agent_server.tools.runtime import ToolContext, ToolFailure, ToolOutcome, ToolSpec
-
-if TYPE_CHECKING:
-    from general_agent_server.sessions.live import SessionActor
-    from general_agent_server.sessions.service import AgentCore
+from general_agent_server.domain.events import RunFinished, RunOutcome, SequencedEvent
+from general_agent_server.domain.session import SessionConfig, SessionIdentity, SessionRecord
+from general_agent_server.hooks.session_hooks import SessionHooks
+from general_agent_server.tools.runtime import ToolContext, ToolFailure, ToolOutcome, ToolSet, ToolSpec
 
 TOOL_NAME = "subagents"
 
@@ -56,6 +51,36 @@ SPEC = ToolSpec(
 )
 
 
+class ParentSession(Protocol):
+    """What the tool reads of the session whose model called it."""
+
+    @property
+    def record(self) -> SessionRecord: ...
+
+    @property
+    def hooks(self) -> SessionHooks: ...
+
+    def toolset(self) -> ToolSet: ...
+
+    async def end_session_hooks(self, *, wait: bool, deleted: bool = False) -> None: ...
+
+
+class ChildSessions(Protocol):
+    """How the tool creates and drives child sessions (sessions/children.py implements it)."""
+
+    def loaded(self, tenant: str, session_id: str) -> ParentSession | None: ...
+
+    async def create(
+        self, tenant: str, *, parent_session_id: str, identity: SessionIdentity, config: SessionConfig, agent_id: str
+    ) -> None: ...
+
+    def run(self, tenant: str, session_id: str, task: str) -> AsyncIterator[SequencedEvent]: ...
+
+    async def stop(self, tenant: str, session_id: str) -> None: ...
+
+    def last_text(self, tenant: str, session_id: str) -> str: ...
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Child:
     session_id: str
@@ -64,17 +89,17 @@ class _Child:
 
 
 class SubagentTool:
-    """A local tool backed by the core: it creates and drives the child session."""
+    """A local tool that creates and drives a child session through the ChildSessions port."""
 
     spec = SPEC
 
-    def __init__(self, core: AgentCore) -> None:
-        self._core = core
-        self.spec = replace(SPEC, timeout_seconds=core.settings.run_deadline_seconds)
+    def __init__(self, children: ChildSessions, *, builtin_names: frozenset[str], timeout_seconds: float) -> None:
+        self._children = children
+        self._builtin_names = builtin_names
+        self.spec = replace(SPEC, timeout_seconds=timeout_seconds)
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
-        core = self._core
-        parent = core.registry.peek(context.tenant, context.session_id)
+        parent = self._children.loaded(context.tenant, context.session_id)
         if parent is None:
             raise ToolFailure("Subagent failed: the parent session is not loaded")
         label = str(arguments.get("label") or "")
@@ -131,19 +156,21 @@ class SubagentTool:
                 context.run_id,
                 **subagent_context,
             )
-            loaded = core.registry.peek(context.tenant, child_id)
-            if loaded is not None:
-                await loaded.end_session_hooks(wait=False)
+            await self._end_child(context.tenant, child_id)
         if not ok:
             raise ToolFailure(f"Subagent failed: {error}", {"childSessionId": child_id, "ok": False, "error": error})
         return ToolOutcome.text(text or "(the subagent gave no text)", {"childSessionId": child_id, "ok": True})
 
+    async def _end_child(self, tenant: str, child_id: str) -> None:
+        loaded = self._children.loaded(tenant, child_id)
+        if loaded is not None:
+            await loaded.end_session_hooks(wait=False)
+
     async def _create(
-        self, parent: SessionActor, child: _Child, arguments: Mapping[str, Any], context: ToolContext
+        self, parent: ParentSession, child: _Child, arguments: Mapping[str, Any], context: ToolContext
     ) -> None:
-        core = self._core
         parent_config = parent.record.config
-        tools = [n for n in parent.toolset().names() if n in core.catalog.builtins and n != TOOL_NAME]
+        tools = [n for n in parent.toolset().names() if n in self._builtin_names and n != TOOL_NAME]
         wanted = arguments.get("allowedTools")
         if isinstance(wanted, list):
             unknown = sorted(set(wanted) - set(tools))
@@ -162,7 +189,7 @@ class SubagentTool:
             disabled_mcp_servers=(),
             hook_registrations=(),
         )
-        await core.create_child_session(
+        await self._children.create(
             context.tenant,
             parent_session_id=context.session_id,
             identity=SessionIdentity(
@@ -174,32 +201,18 @@ class SubagentTool:
 
     async def _run_child(self, child: _Child, task: str, context: ToolContext) -> tuple[RunFinished, str]:
         """One turn of the child; the parent's stop or cancel (CancelledError here) stops it too."""
-        core = self._core
-        from general_agent_server.sessions.service import CallContext
-
-        stream = core.turns.stream_turn(
-            CallContext(tenant=context.tenant),
-            child.session_id,
-            (TextPart(text=task),),
-            options=TurnOptions(busy_policy=BusyPolicy.REJECT, on_disconnect=OnDisconnect.CANCEL),
-        )
+        stream = self._children.run(context.tenant, child.session_id, task)
         finished: RunFinished | None = None
         try:
             async for event in stream:
                 if isinstance(event.body, RunFinished):
                     finished = event.body
         except asyncio.CancelledError:
-            await asyncio.shield(core.stop_child(context.tenant, child.session_id))
+            await asyncio.shield(self._children.stop(context.tenant, child.session_id))
             raise
         finally:
             if isinstance(stream, AsyncGenerator):
                 await stream.aclose()
         if finished is None:
             raise ToolFailure("Subagent failed: the subagent's run did not finish")
-        actor = core.registry.peek(context.tenant, child.session_id)
-        text = ""
-        if actor is not None:
-            last = next((m for m in reversed(actor.history) if m.role == "assistant"), None)
-            if last is not None:
-                text = "\n".join(str(b.get("text", "")) for b in last.content if b.get("type") == "text")
-        return finished, text
+        return finished, self._children.last_text(context.tenant, child.session_id)

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from general_agent_server.config import ServerSettings
+from general_agent_server.config import ServerSettings, host_list
 from general_agent_server.security.ssrf import SsrfGuard
 from general_agent_server.tools.runtime import ToolContext, ToolFailure, ToolOutcome, ToolSpec
 from general_agent_server.tools.web.cache import TtlCache
@@ -139,7 +139,7 @@ class WebFetchTool:
 
     @staticmethod
     def from_settings(settings: ServerSettings) -> WebFetchTool:
-        guard = SsrfGuard(settings.host_list(settings.ssrf_allow_hosts))
+        guard = SsrfGuard(host_list(settings.ssrf_allow_hosts))
         return WebFetchTool(WebFetchConfig.from_settings(settings), guard)
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:

@@ -1,0 +1,238 @@
+"""The service behind every transport: the one object the gRPC servicer calls (docs/architecture.md).
+
+It wires the domain services over the ports it is given (store, model, hook dialer) and owns the life cycle:
+start-up recovery before serving, and a graceful shutdown. Each RPC lands on one service by noun:
+`sessions` (create, get, list, delete, resume, continue, reset, history, checkpoints), `forks`, `runs`
+(turns, hosted results, steering, stop, cancel, watch; RunSession attachments), `hooks` (registrations,
+EmitHook)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from general_agent_server.domain.context import CallContext
+from general_agent_server.domain.errors import ErrorCode, ServiceError
+from general_agent_server.domain.events import RunReason
+from general_agent_server.domain.session import HostedToolDefinition
+from general_agent_server.exports.event_log import EventLog
+from general_agent_server.exports.transcript_export import TranscriptExporter
+from general_agent_server.hooks.admin import HookAdmin
+from general_agent_server.hooks.plugins import LoadedPlugins, load_plugins
+from general_agent_server.hooks.registrations import HookDialer, HookRegistrationSpec
+from general_agent_server.hooks.runner import HookOutcome, HookRegistry, HookRunner
+from general_agent_server.model.credentials import CredentialResolver, SessionKeys
+from general_agent_server.model.port import ModelClient
+from general_agent_server.runs.attachment import Attachment
+from general_agent_server.runs.commands import Attach
+from general_agent_server.runs.control import RunControl
+from general_agent_server.runs.recovery import recover_interrupted_runs
+from general_agent_server.runs.streams import EventStreams
+from general_agent_server.sessions.cache import SessionCache
+from general_agent_server.sessions.children import ChildSessions
+from general_agent_server.sessions.fork import ForkDeps, Forks
+from general_agent_server.sessions.idempotency import IdempotencyKeys
+from general_agent_server.sessions.live import SessionDeps
+from general_agent_server.sessions.service import SessionService, SessionServiceDeps
+from general_agent_server.sessions.serving import ServingGate
+from general_agent_server.sessions.settings import CoreSettings
+from general_agent_server.store.port import SessionStore
+from general_agent_server.tools.runtime import ToolCatalog
+from general_agent_server.tools.subagents import SubagentTool
+from general_agent_server.workspace.checkpoints.recorder import CheckpointBounds, CheckpointRecorder
+from general_agent_server.workspace.checkpoints.service import CheckpointService
+
+logger = logging.getLogger(__name__)
+
+
+class Agent:
+    def __init__(
+        self,
+        *,
+        settings: CoreSettings,
+        store: SessionStore,
+        model: ModelClient,
+        credentials: CredentialResolver,
+        exporter: TranscriptExporter,
+        catalog: ToolCatalog,
+        global_hosted_tools: tuple[HostedToolDefinition, ...] = (),
+        event_log: EventLog | None = None,
+        hook_dialer: HookDialer | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.gate = ServingGate()
+        self.exporter = exporter
+        self.event_log = event_log
+        self.hook_dialer = hook_dialer
+        self.plugins = LoadedPlugins(ids=())
+        self.hook_runner = HookRunner(HookRegistry())
+        keys = SessionKeys()
+        idempotency = IdempotencyKeys(store, ttl_seconds=settings.idempotency_ttl_seconds)
+        recorder = CheckpointRecorder(
+            store, CheckpointBounds(max_count=settings.checkpoint_max_count, max_bytes=settings.checkpoint_max_bytes)
+        )
+        # The subagents tool joins (a copy of) the catalog below: it drives child sessions through the services
+        # built here, which the sessions' tool sets need first.
+        builtins = dict(catalog.builtins)
+        catalog = replace(catalog, builtins=builtins)
+        self.catalog = catalog
+        self.cache = SessionCache(
+            SessionDeps(
+                store=store,
+                model=model,
+                settings=settings,
+                exporter=exporter,
+                catalog=catalog,
+                credentials=credentials,
+                keys=keys,
+                gate=self.gate,
+                global_hosted_tools=global_hosted_tools,
+                event_log=event_log,
+                hooks=self.hook_runner,
+                checkpoints=recorder,
+            )
+        )
+        self.hooks = HookAdmin(
+            store=store,
+            runner=self.hook_runner,
+            dialer=hook_dialer,
+            limits=settings.input_limits,
+            max_payload_bytes=settings.hook_max_payload_bytes,
+            ssrf_allow_hosts=settings.ssrf_allow_hosts,
+        )
+        self.sessions = SessionService(
+            SessionServiceDeps(
+                settings=settings,
+                store=store,
+                cache=self.cache,
+                keys=keys,
+                idempotency=idempotency,
+                credentials=credentials,
+                exporter=exporter,
+                hooks=self.hooks,
+                catalog=catalog,
+                checkpoints=CheckpointService(store, recorder),
+                gate=self.gate,
+                global_hosted_tools=global_hosted_tools,
+                event_log=event_log,
+            )
+        )
+        self.forks = Forks(
+            ForkDeps(
+                sessions=self.sessions,
+                store=store,
+                cache=self.cache,
+                keys=keys,
+                idempotency=idempotency,
+                hooks=self.hooks,
+                exporter=exporter,
+                gate=self.gate,
+            )
+        )
+        self.runs = RunControl(
+            cache=self.cache,
+            store=store,
+            settings=settings,
+            gate=self.gate,
+            keys=idempotency,
+            streams=EventStreams(store=store, cache=self.cache, replay_batch=settings.event_replay_batch),
+        )
+        children = ChildSessions(sessions=self.sessions, control=self.runs, cache=self.cache, keys=keys)
+        builtins["subagents"] = SubagentTool(
+            children, builtin_names=frozenset(builtins), timeout_seconds=settings.run_deadline
+        )
+
+    # ------------------------------------------------------------------ life cycle
+    async def start(self) -> None:
+        """Start-up recovery: runs interrupted by a crash are marked FAILED/INTERRUPTED; suspended sessions come
+        back into memory so their hosted deadlines are armed (expired ones fire)."""
+        self.exporter.start()
+        self.cache.start()
+        if self.event_log is not None:
+            self.event_log.start()
+        recovered = await recover_interrupted_runs(self.store, sequence_block=self.settings.sequence_block)
+        if recovered:
+            logger.info("marked %d interrupted run(s) as FAILED/INTERRUPTED", recovered, extra={"category": "system"})
+        self.plugins = load_plugins(
+            self.hook_runner.registry, mode=self.settings.plugin_mode, enabled_ids=self.settings.enabled_plugin_ids
+        )
+        await self.hooks.load()
+        for call in await self.store.list_pending_hosted_calls():
+            async with self.cache.use(call.tenant, call.session_id):
+                pass
+
+    async def shutdown(self, grace_seconds: float) -> None:
+        """New turns are refused; running runs get the grace, then stop as FAILED/INTERRUPTED; watch streams end
+        UNAVAILABLE so clients reconnect with after_sequence."""
+        self.gate.close()
+        # Only executing runs get the grace; suspended runs stay suspended (they have no task).
+        tasks = [s.run.task for s in self.cache.active() if s.run is not None and s.run.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace_seconds)
+            for session in self.cache.active():
+                session.cancel_run(RunReason.INTERRUPTED)
+            # A run task ends when its run finishes or suspends; either way nothing is left running.
+            await asyncio.gather(*tasks, return_exceptions=True)
+        error = ServiceError(
+            ErrorCode.UNAVAILABLE,
+            "SHUTTING_DOWN",
+            "the server is shutting down; reconnect with after_sequence",
+            retry_after_seconds=1.0,
+        )
+        for session in self.cache.active():
+            session.ledger.close_subscribers(error)
+        # session_end for the sessions of this process, and gateway_stop, are awaited within their timeouts.
+        await asyncio.gather(*(s.end_session_hooks(wait=True) for s in self.cache.loaded()))
+        await self._fire_gateway("gateway_stop", {"reason": "shutdown"})
+        await asyncio.gather(*self.hook_runner.background, return_exceptions=True)
+        # Background processes of tools (exec) die with the server.
+        await self.catalog.aclose()
+        await self.cache.close()  # leases released: another replica may take these sessions at once
+        await self.exporter.close()
+        if self.hook_dialer is not None:
+            await self.hook_dialer.close()
+        if self.event_log is not None:
+            await self.event_log.close()
+
+    def gateway_started(self, port: int) -> None:
+        """The server listens: gateway_start with the bound port, not awaited."""
+        self.hook_runner.fire("gateway_start", {"port": port}, {"port": port})
+
+    async def _fire_gateway(self, hook: str, event: dict[str, Any]) -> None:
+        try:
+            await self.hook_runner.run(hook, event, {"port": event.get("port", 0)} if "port" in event else {})
+        except Exception:
+            logger.exception("hook %s failed", hook, extra={"category": "system"})
+
+    # ------------------------------------------------------------------ what spans services
+    def attach(self, ctx: CallContext, attach: Attach) -> Attachment:
+        """A RunSession stream attached to a session."""
+        return Attachment(
+            control=self.runs,
+            cache=self.cache,
+            gate=self.gate,
+            ctx=ctx,
+            attach=attach,
+            buffer=self.settings.subscriber_buffer,
+            heartbeat_seconds=self.settings.heartbeat_seconds,
+        )
+
+    async def register_hooks(self, ctx: CallContext, spec: HookRegistrationSpec) -> HookRegistrationSpec:
+        if spec.session_id:
+            await self.sessions.get_session(ctx, spec.session_id)
+        return await self.hooks.register(ctx, spec)
+
+    async def emit_hook(
+        self, ctx: CallContext, hook: str, event: dict[str, Any], context: dict[str, Any], session_id: str = ""
+    ) -> HookOutcome:
+        self.hooks.check_hook_name(hook)
+        if session_id:
+            await self.sessions.get_session(ctx, session_id)
+        return await self.hooks.emit(ctx, hook, event, context, session_id)
+
+    async def session_registrations(self, tenant: str, session_id: str) -> Sequence[HookRegistrationSpec]:
+        return await self.hooks.registrations(tenant, session_id)

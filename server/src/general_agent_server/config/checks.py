@@ -1,0 +1,72 @@
+"""Checks of the loaded settings; every error names the setting."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from general_agent_server.config.table import INPUT_LIMIT_NAMES, ServerSettings
+from general_agent_server.hooks.plugins import PluginMode
+from general_agent_server.tools.shell.command_user import CommandUserError, command_user
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; the message names the setting."""
+
+
+def validate(settings: ServerSettings) -> None:
+    host, sep, port = settings.listen.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ConfigError(f"listen: expected HOST:PORT, got {settings.listen!r}")
+    loopback = host in ("127.0.0.1", "localhost", "[::1]", "::1") or host.startswith("127.")
+    if not loopback and not settings.insecure_listen:
+        raise ConfigError(
+            f"listen: {settings.listen} is not a loopback address and no auth is configured; "
+            "pass --insecure-listen to allow it"
+        )
+    if settings.log_format not in ("json", "text"):
+        raise ConfigError(f"log_format: expected json or text, got {settings.log_format!r}")
+    for name in (
+        "max_tokens_cap",
+        "max_receive_message_length",
+        "max_image_bytes",
+        "max_message_bytes",
+        "subscriber_buffer",
+        "exec_timeout",
+        "exec_timeout_max",
+        "web_fetch_timeout_seconds",
+        "web_fetch_max_chars_cap",
+        "web_fetch_max_response_bytes",
+        "checkpoint_max_count",
+        "checkpoint_max_bytes",
+        "hook_max_payload_bytes",
+        "lease_ttl_seconds",
+        "max_history_page_bytes",
+    ):
+        if getattr(settings, name) <= 0:
+            raise ConfigError(f"{name}: must be positive")
+    for name in INPUT_LIMIT_NAMES:
+        if getattr(settings, name) <= 0:
+            raise ConfigError(f"{name}: must be positive")
+    if settings.plugin_mode.upper().replace("-", "_") not in PluginMode.__members__:
+        raise ConfigError(f"plugin_mode: expected DISABLED, ALLOWLISTED or FULL_EMBEDDED, got {settings.plugin_mode!r}")
+    if settings.workspace_mode not in ("per_session", "shared"):
+        raise ConfigError(f"workspace_mode: expected per_session or shared, got {settings.workspace_mode!r}")
+    if settings.exec_timeout > settings.exec_timeout_max:
+        raise ConfigError("exec_timeout: must not exceed exec_timeout_max")
+    try:
+        command_user(settings.exec_user)
+    except CommandUserError as exc:
+        raise ConfigError(str(exc)) from None
+    for name in ("web_fetch_max_redirects", "max_idle_sessions", "max_idle_session_bytes"):
+        if getattr(settings, name) < 0:
+            raise ConfigError(f"{name}: must not be negative")
+    for name in ("web_fetch_firecrawl_max_age_ms", "web_fetch_firecrawl_timeout_seconds"):
+        if getattr(settings, name) < 0:
+            raise ConfigError(f"{name}: must not be negative")
+    if urlsplit(settings.web_fetch_firecrawl_base_url).scheme not in ("http", "https"):
+        raise ConfigError(
+            f"web_fetch_firecrawl_base_url: expected an http(s) URL, got {settings.web_fetch_firecrawl_base_url!r}"
+        )
+    for tenant, profile_id in settings.tenant_default_profiles.items():
+        if profile_id not in settings.auth_profiles:
+            raise ConfigError(f"tenant_default_profiles.{tenant}: unknown profile {profile_id!r}")
