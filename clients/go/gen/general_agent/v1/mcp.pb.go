@@ -139,6 +139,9 @@ func (McpServerState) EnumDescriptor() ([]byte, []int) {
 // How one MCP server is reached (spec section 10).
 type McpServerConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// How the server connects: it starts a local process (`stdio`) or dials an
+	// endpoint (`http`). Exactly one is set.
+	//
 	// Types that are valid to be assigned to Transport:
 	//
 	//	*McpServerConfig_Stdio

@@ -26,6 +26,11 @@ const (
 // A client message on RunSession.
 type RunSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exactly one command per message. Every command but `attach` and `ping`
+	// carries a `command_id`, echoed by the one `command_result` it gets. A
+	// second `attach`, or a message with no command set, is answered with an
+	// INVALID_ARGUMENT `command_result` and the stream goes on.
+	//
 	// Types that are valid to be assigned to Command:
 	//
 	//	*RunSessionRequest_Attach
@@ -720,6 +725,10 @@ func (*RunSessionPing) Descriptor() ([]byte, []int) {
 // A server message on RunSession.
 type RunSessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exactly one per message. `event` carries every event of the session after
+	// the attach cursor, whoever caused it, so a host also sees runs started by
+	// other streams and RPCs.
+	//
 	// Types that are valid to be assigned to Response:
 	//
 	//	*RunSessionResponse_Event

@@ -20,6 +20,9 @@ export const file_general_agent_v1_mcp: GenFile = /*@__PURE__*/
  */
 export type McpServerConfig = Message<"general_agent.v1.McpServerConfig"> & {
   /**
+   * How the server connects: it starts a local process (`stdio`) or dials an
+   * endpoint (`http`). Exactly one is set.
+   *
    * @generated from oneof general_agent.v1.McpServerConfig.transport
    */
   transport: {

@@ -29,6 +29,11 @@ export const file_general_agent_v1_run_session: GenFile = /*@__PURE__*/
  */
 export type RunSessionRequest = Message<"general_agent.v1.RunSessionRequest"> & {
   /**
+   * Exactly one command per message. Every command but `attach` and `ping`
+   * carries a `command_id`, echoed by the one `command_result` it gets. A
+   * second `attach`, or a message with no command set, is answered with an
+   * INVALID_ARGUMENT `command_result` and the stream goes on.
+   *
    * @generated from oneof general_agent.v1.RunSessionRequest.command
    */
   command: {
@@ -368,6 +373,10 @@ export const RunSessionPingSchema: GenMessage<RunSessionPing> = /*@__PURE__*/
  */
 export type RunSessionResponse = Message<"general_agent.v1.RunSessionResponse"> & {
   /**
+   * Exactly one per message. `event` carries every event of the session after
+   * the attach cursor, whoever caused it, so a host also sees runs started by
+   * other streams and RPCs.
+   *
    * @generated from oneof general_agent.v1.RunSessionResponse.response
    */
   response: {
