@@ -84,7 +84,7 @@ check-generated: generate ## Fail when committed generated code is stale.
 		|| (echo "generated code is stale: run 'make generate' and commit" && exit 1)
 
 .PHONY: lint-proto
-lint-proto: node_modules/.installed ## buf lint (STANDARD) and buf format.
+lint-proto: node_modules/.installed ## buf lint (STANDARD and COMMENTS) and buf format.
 	buf lint
 	buf format --diff --exit-code proto
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Generic, TypeAlias, TypeVar
 
-from general_agent.v1 import agent_service_pb2, content_pb2, session_pb2
+from general_agent.v1 import content_pb2, session_messages_pb2, session_pb2, turn_pb2
 
 REPO: Final = Path(__file__).resolve().parents[1]
 RESULTS_DIR: Final = REPO / "bench" / "results"
@@ -702,7 +702,7 @@ async def new_session(stub: Any, model_ref: str) -> tuple[str, int]:
     """A fresh session for one service iteration: its id and the CreateSession time (ns, not timed)."""
     c0 = time.perf_counter_ns()
     created = await stub.CreateSession(
-        agent_service_pb2.CreateSessionRequest(session=session_pb2.Session(model_ref=model_ref))
+        session_messages_pb2.CreateSessionRequest(session=session_pb2.Session(model_ref=model_ref))
     )
     return str(created.session.identity.session_id), time.perf_counter_ns() - c0
 
@@ -710,7 +710,7 @@ async def new_session(stub: Any, model_ref: str) -> tuple[str, int]:
 def stream_turn(stub: Any, session_id: str, prompt: str) -> Any:
     """The StreamTurn call of a one-text-part turn."""
     return stub.StreamTurn(
-        agent_service_pb2.StreamTurnRequest(
+        turn_pb2.StreamTurnRequest(
             session_id=session_id,
             input=[content_pb2.ContentPart(text=content_pb2.TextPart(text=prompt))],
         )

@@ -44,8 +44,8 @@ from bench.common import (
     temp_workdir,
     thread_affinities,
 )
-from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
 
 NAME: Final = "ttfd"
 TITLE: Final = "time to first assistant_delta (service over gRPC vs bare anthropic SDK)"
@@ -109,7 +109,7 @@ class _Service:
 
     async def new_session(self) -> str:
         response = await self.stub.CreateSession(
-            api.CreateSessionRequest(session=session_pb2.Session(model_ref=MODEL_REF))
+            session_api.CreateSessionRequest(session=session_pb2.Session(model_ref=MODEL_REF))
         )
         return str(response.session.identity.session_id)
 

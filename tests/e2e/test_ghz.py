@@ -10,8 +10,8 @@ from typing import Any
 
 import grpc
 
-from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, session_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
 from tests.e2e.conftest import GHZ, describe_run, require_file
 from tests.support.subprocess_server import ServerProcess
 
@@ -59,7 +59,7 @@ def test_get_server_info_under_ghz(server_process: ServerProcess) -> None:
 def test_get_session_under_ghz(server_process: ServerProcess) -> None:
     with grpc.insecure_channel(server_process.address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
-        created = stub.CreateSession(api.CreateSessionRequest(session=session_pb2.Session()), timeout=30)
+        created = stub.CreateSession(session_api.CreateSessionRequest(session=session_pb2.Session()), timeout=30)
     session_id = created.session.identity.session_id
 
     report = run_ghz(server_process, "GetSession", {"sessionId": session_id})

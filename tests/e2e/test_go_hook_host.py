@@ -16,8 +16,9 @@ import grpc
 import pytest
 
 from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc, content_pb2, hook_pb2, session_pb2
+from general_agent.v1 import agent_service_pb2_grpc, content_pb2, hook_registration_pb2, session_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from tests.e2e.conftest import build_go_command
 from tests.support.events import kinds, last_of
 from tests.support.subprocess_server import ServerProcess, server_env
@@ -99,8 +100,8 @@ def go_hook_host(go_hookhost_binary: Path, hook_server_process: ServerProcess) -
             pump.join(timeout=10)  # the pipes close when the with-block ends; the pump must be done with stdout
 
 
-def registrations(stub: agent_service_pb2_grpc.AgentServiceStub) -> list[hook_pb2.HookRegistration]:
-    response = stub.ListHookRegistrations(api.ListHookRegistrationsRequest(), timeout=RPC_TIMEOUT)
+def registrations(stub: agent_service_pb2_grpc.AgentServiceStub) -> list[hook_registration_pb2.HookRegistration]:
+    response = stub.ListHookRegistrations(hook_registration_pb2.ListHookRegistrationsRequest(), timeout=RPC_TIMEOUT)
     return list(response.registrations)
 
 
@@ -115,10 +116,12 @@ def test_go_host_blocks_read_and_unregisters_on_sigterm(
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         [registration] = registrations(stub)
         assert registration.plugin_id == "go-host"
-        assert [b.name for b in registration.hooks] == [hook_pb2.HOOK_NAME_BEFORE_TOOL_CALL]
+        assert [b.name for b in registration.hooks] == [hook_registration_pb2.HOOK_NAME_BEFORE_TOOL_CALL]
 
-        created = stub.CreateSession(api.CreateSessionRequest(session=session_pb2.Session()), timeout=RPC_TIMEOUT)
-        request = api.StreamTurnRequest(
+        created = stub.CreateSession(
+            session_api.CreateSessionRequest(session=session_pb2.Session()), timeout=RPC_TIMEOUT
+        )
+        request = turn_api.StreamTurnRequest(
             session_id=created.session.identity.session_id,
             input=[content_pb2.ContentPart(text=content_pb2.TextPart(text="read my notes"))],
         )

@@ -11,8 +11,15 @@ import grpc
 import pytest
 
 from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc, hook_pb2, hook_service_pb2, hook_service_pb2_grpc, session_pb2
+from general_agent.v1 import (
+    agent_service_pb2_grpc,
+    hook_pb2,
+    hook_registration_pb2,
+    hook_service_pb2,
+    hook_service_pb2_grpc,
+    session_pb2,
+)
+from general_agent.v1 import session_messages_pb2 as session_api
 from tests.support.events import last_of
 from tests.support.rpc import stream_turn
 from tests.support.subprocess_server import ServerProcess, server_env
@@ -58,11 +65,11 @@ async def host() -> AsyncIterator[tuple[BlockingHost, str]]:
     await server.stop(None)
 
 
-def registration(plugin: str, address: str) -> hook_pb2.HookRegistration:
-    return hook_pb2.HookRegistration(
+def registration(plugin: str, address: str) -> hook_registration_pb2.HookRegistration:
+    return hook_registration_pb2.HookRegistration(
         plugin_id=plugin,
-        target=hook_pb2.HookTarget(address=address),
-        hooks=[hook_pb2.HookBinding(name=hook_pb2.HOOK_NAME_BEFORE_TOOL_CALL)],
+        target=hook_registration_pb2.HookTarget(address=address),
+        hooks=[hook_registration_pb2.HookBinding(name=hook_registration_pb2.HOOK_NAME_BEFORE_TOOL_CALL)],
     )
 
 
@@ -77,9 +84,11 @@ async def test_registrations_survive_a_sigkill(
     before = server_process.start()
     async with grpc.aio.insecure_channel(before) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
-        await stub.RegisterHooks(api.RegisterHooksRequest(registration=registration("tenant-wide", address)))
+        await stub.RegisterHooks(
+            hook_registration_pb2.RegisterHooksRequest(registration=registration("tenant-wide", address))
+        )
         created = await stub.CreateSession(
-            api.CreateSessionRequest(
+            session_api.CreateSessionRequest(
                 session=session_pb2.Session(hook_registrations=[registration("per-session", address)])
             )
         )
@@ -90,9 +99,9 @@ async def test_registrations_survive_a_sigkill(
     fake.enqueue(read_call("toolu_1"), TextReply("blocked"))
     async with grpc.aio.insecure_channel(after) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
-        listed = await stub.ListHookRegistrations(api.ListHookRegistrationsRequest())
+        listed = await stub.ListHookRegistrations(hook_registration_pb2.ListHookRegistrationsRequest())
         assert [r.plugin_id for r in listed.registrations] == ["tenant-wide"]
-        scoped = await stub.ListHookRegistrations(api.ListHookRegistrationsRequest(session_id=sid))
+        scoped = await stub.ListHookRegistrations(hook_registration_pb2.ListHookRegistrationsRequest(session_id=sid))
         assert [r.plugin_id for r in scoped.registrations] == ["per-session"]
         events = await stream_turn(stub, sid, "read x.txt")
     error = last_of(events, "tool_error")

@@ -12,8 +12,9 @@ import grpc
 import pytest
 
 from general_agent.testing import FakeAnthropicThread, Reply, TextBlock, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2, tool_pb2
+from general_agent.v1 import agent_service_pb2_grpc, event_pb2, hosted_tool_pb2, session_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from tests.support.events import kinds, last_of, sequences, text_of
 from tests.support.rpc import create_session, events_after, stream_turn
 from tests.support.subprocess_server import ServerProcess, server_env
@@ -56,7 +57,7 @@ async def test_hosted_results_submitted_after_sigkill_continue_the_run(
     async with grpc.aio.insecure_channel(address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         session = await create_session(
-            stub, hosted_tools=[tool_pb2.HostedToolDefinition(name="lookup", input_schema_json=LOOKUP_SCHEMA)]
+            stub, hosted_tools=[hosted_tool_pb2.HostedToolDefinition(name="lookup", input_schema_json=LOOKUP_SCHEMA)]
         )
         sid = session.identity.session_id
         first = await stream_turn(stub, sid, "Look these up.")
@@ -69,12 +70,12 @@ async def test_hosted_results_submitted_after_sigkill_continue_the_run(
     address = server.start()
     async with grpc.aio.insecure_channel(address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
-        state = (await stub.GetSession(api.GetSessionRequest(session_id=sid))).session
+        state = (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session
         assert state.state == session_pb2.SESSION_STATE_SUSPENDED
         assert list(state.pending_call_ids) == ids
         streams = []
         for call_id in reversed(ids):  # any order
-            request = api.SubmitHostedToolResultRequest(
+            request = turn_api.SubmitHostedToolResultRequest(
                 session_id=sid, call_id=call_id, output_json=f'"answer {call_id}"'
             )
             streams.append([r.event async for r in stub.SubmitHostedToolResult(request)])
@@ -115,7 +116,7 @@ async def test_watcher_reattaches_after_a_server_restart_without_gap_or_duplicat
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         sid = (await create_session(stub)).identity.session_id
         seen = []
-        watch = stub.WatchSession(api.WatchSessionRequest(session_id=sid, after_sequence=0))
+        watch = stub.WatchSession(turn_api.WatchSessionRequest(session_id=sid, after_sequence=0))
 
         async def follow() -> None:
             async for response in watch:
@@ -156,7 +157,7 @@ async def test_graceful_shutdown_keeps_a_suspended_run_suspended(
     async with grpc.aio.insecure_channel(address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         session = await create_session(
-            stub, hosted_tools=[tool_pb2.HostedToolDefinition(name="lookup", input_schema_json=LOOKUP_SCHEMA)]
+            stub, hosted_tools=[hosted_tool_pb2.HostedToolDefinition(name="lookup", input_schema_json=LOOKUP_SCHEMA)]
         )
         sid = session.identity.session_id
         first = await stream_turn(stub, sid, "look it up")
@@ -165,10 +166,10 @@ async def test_graceful_shutdown_keeps_a_suspended_run_suspended(
     address = server.start()
     async with grpc.aio.insecure_channel(address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
-        assert (await stub.GetSession(api.GetSessionRequest(session_id=sid))).session.state == (
+        assert (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session.state == (
             session_pb2.SESSION_STATE_SUSPENDED
         )
-        request = api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_x", output_json='"x is 42"')
+        request = turn_api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_x", output_json='"x is 42"')
         final = [r.event async for r in stub.SubmitHostedToolResult(request)]
     assert text_of(final) == "finished after the restart"
     assert last_of(final, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED

@@ -33,8 +33,9 @@ import grpc
 import pytest
 
 from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc, content_pb2, session_pb2
+from general_agent.v1 import agent_service_pb2_grpc, content_pb2, hook_registration_pb2, session_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from tests.e2e.conftest import REPO, describe_run
 from tests.support.events import last_of
 from tests.support.subprocess_server import ServerProcess, server_env
@@ -142,7 +143,7 @@ def run_python_program(snippet: Snippet, servers: Servers) -> None:
 
 
 def listed_plugins(stub: agent_service_pb2_grpc.AgentServiceStub) -> list[str]:
-    response = stub.ListHookRegistrations(api.ListHookRegistrationsRequest(), timeout=RPC_TIMEOUT)
+    response = stub.ListHookRegistrations(hook_registration_pb2.ListHookRegistrationsRequest(), timeout=RPC_TIMEOUT)
     return [r.plugin_id for r in response.registrations]
 
 
@@ -165,8 +166,8 @@ def blocked_exec_error(stub: agent_service_pb2_grpc.AgentServiceStub, fake: Fake
         TextReply("understood"),
     )
     session = session_pb2.Session(identity=session_pb2.SessionIdentity(mode=session_pb2.SESSION_MODE_CODING))
-    created = stub.CreateSession(api.CreateSessionRequest(session=session), timeout=RPC_TIMEOUT)
-    request = api.StreamTurnRequest(
+    created = stub.CreateSession(session_api.CreateSessionRequest(session=session), timeout=RPC_TIMEOUT)
+    request = turn_api.StreamTurnRequest(
         session_id=created.session.identity.session_id,
         input=[content_pb2.ContentPart(text=content_pb2.TextPart(text="run something"))],
     )
@@ -253,11 +254,11 @@ def run_toml(snippet: Snippet, servers: Servers) -> None:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         for profile in profiles:
             session = session_pb2.Session(auth_profile_id=profile)
-            created = stub.CreateSession(api.CreateSessionRequest(session=session), timeout=RPC_TIMEOUT)
+            created = stub.CreateSession(session_api.CreateSessionRequest(session=session), timeout=RPC_TIMEOUT)
             assert created.session.auth_profile_id == profile
         with pytest.raises(grpc.RpcError) as unknown:  # the check above can fail: an unknown profile is refused
             stub.CreateSession(
-                api.CreateSessionRequest(session=session_pb2.Session(auth_profile_id="no-such-profile")),
+                session_api.CreateSessionRequest(session=session_pb2.Session(auth_profile_id="no-such-profile")),
                 timeout=RPC_TIMEOUT,
             )
         assert unknown.value.code() == grpc.StatusCode.INVALID_ARGUMENT

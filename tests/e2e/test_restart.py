@@ -10,8 +10,9 @@ import grpc
 import pytest
 
 from general_agent.testing import FakeAnthropicThread, HangReply, TextReply
-from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from tests.support.events import last_of, text_of
 from tests.support.rpc import create_session, events_after, stream_turn, text_input
 from tests.support.subprocess_server import ServerProcess, server_env
@@ -47,7 +48,7 @@ async def test_history_survives_sigkill_and_resume(make_server: ServerProcess, f
     fake.enqueue(TextReply("It was BLUE."))
     async with grpc.aio.insecure_channel(address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
-        resumed = (await stub.ResumeSession(api.ResumeSessionRequest(session_id=sid))).session
+        resumed = (await stub.ResumeSession(session_api.ResumeSessionRequest(session_id=sid))).session
         assert resumed.history_message_count == 2
         assert resumed.state == session_pb2.SESSION_STATE_IDLE
         second = await stream_turn(stub, sid, "What was it?")
@@ -74,7 +75,7 @@ async def test_a_run_killed_mid_stream_is_marked_interrupted(
     async with grpc.aio.insecure_channel(address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         sid = (await create_session(stub)).identity.session_id
-        call = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("start")))
+        call = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("start")))
         seen = []
         async for response in call:
             seen.append(response.event)
@@ -87,7 +88,7 @@ async def test_a_run_killed_mid_stream_is_marked_interrupted(
     address = make_server.start()
     async with grpc.aio.insecure_channel(address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
-        session = (await stub.GetSession(api.GetSessionRequest(session_id=sid))).session
+        session = (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session
         assert session.state == session_pb2.SESSION_STATE_IDLE
         log = await events_after(stub, sid, 0, session.last_sequence)
         finished = last_of(log, "run_finished")

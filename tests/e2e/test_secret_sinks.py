@@ -22,8 +22,13 @@ import pytest
 from google.protobuf import json_format
 
 from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc, hook_pb2, session_pb2, tool_pb2
+from general_agent.v1 import (
+    agent_service_pb2_grpc,
+    hook_registration_pb2,
+    hosted_tool_pb2,
+    session_pb2,
+)
+from general_agent.v1 import turn_pb2 as turn_api
 from tests.support.events import last_of
 from tests.support.fake_web import BRAVE_PATH, FIRECRAWL_PATH, FakeWeb
 from tests.support.hook_host import SDK_NATIVE_HOOKS, HookHost, binding, registration
@@ -102,7 +107,7 @@ async def run_turns(env: Env, stub: Stub) -> tuple[str, list[Any]]:
     (exec, web_fetch, a command the model wrote), a round of the hosted tool brings them again, then the model
     says one. Returns the session and its events."""
     schema = '{"type": "object", "properties": {}}'
-    lookup = tool_pb2.HostedToolDefinition(name="lookup", description="ask the host", input_schema_json=schema)
+    lookup = hosted_tool_pb2.HostedToolDefinition(name="lookup", description="ask the host", input_schema_json=schema)
     session = await create_session(
         stub,
         identity=session_pb2.SessionIdentity(mode=session_pb2.SESSION_MODE_CODING),
@@ -122,7 +127,7 @@ async def run_turns(env: Env, stub: Stub) -> tuple[str, list[Any]]:
     said = f"The key is {SECRETS['env']} and that is all."
     env.fake.enqueue(Reply(blocks=local_round), Reply(blocks=hosted_round), TextReply(said, chunks=[said]))
     events = await stream_turn(stub, sid, "collect the keys")
-    request = api.SubmitHostedToolResultRequest(
+    request = turn_api.SubmitHostedToolResultRequest(
         session_id=sid, call_id="toolu_host", output_json=json.dumps({"echo": ALL})
     )
     events += [response.event async for response in stub.SubmitHostedToolResult(request)]
@@ -132,9 +137,11 @@ async def run_turns(env: Env, stub: Stub) -> tuple[str, list[Any]]:
 async def test_no_sink_holds_a_secret(env: Env) -> None:
     async with grpc.aio.insecure_channel(env.server.address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
-        bindings = [binding(h, include_messages=hook_pb2.HOOK_INCLUDE_MESSAGES_ALL) for h in SDK_NATIVE_HOOKS]
+        bindings = [
+            binding(h, include_messages=hook_registration_pb2.HOOK_INCLUDE_MESSAGES_ALL) for h in SDK_NATIVE_HOOKS
+        ]
         await stub.RegisterHooks(
-            api.RegisterHooksRequest(registration=registration("audit", env.hooks.address, bindings))
+            hook_registration_pb2.RegisterHooksRequest(registration=registration("audit", env.hooks.address, bindings))
         )
         sid, events = await run_turns(env, stub)
         assert last_of(events, "run_finished").outcome == 1  # RUN_OUTCOME_COMPLETED

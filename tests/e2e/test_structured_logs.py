@@ -13,8 +13,8 @@ import grpc
 import pytest
 
 from general_agent.testing import FakeAnthropicThread, Reply, TextBlock, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc
+from general_agent.v1 import agent_service_pb2_grpc, hook_registration_pb2
+from general_agent.v1 import turn_pb2 as turn_api
 from tests.support.hook_host import HookHost, registration
 from tests.support.rpc import create_session, text_input
 from tests.support.subprocess_server import ServerProcess, server_env
@@ -63,11 +63,13 @@ async def drive_two_turns(tmp_path: Path, fake: FakeAnthropicThread, level: str)
         async with grpc.aio.insecure_channel(server.address) as channel:
             stub = agent_service_pb2_grpc.AgentServiceStub(channel)
             await stub.RegisterHooks(
-                api.RegisterHooksRequest(registration=registration("logs", host.address, ["before_tool_call"]))
+                hook_registration_pb2.RegisterHooksRequest(
+                    registration=registration("logs", host.address, ["before_tool_call"])
+                )
             )
             session = await create_session(stub, system_prompt=f"{MARKERS['system_prompt']} be brief")
             for turn, text in enumerate((f"{MARKERS['user']} {PLANTED}", "again")):
-                request = api.StreamTurnRequest(session_id=session.identity.session_id, input=text_input(text))
+                request = turn_api.StreamTurnRequest(session_id=session.identity.session_id, input=text_input(text))
                 call = stub.StreamTurn(request, metadata=(("x-request-id", f"req-log-{turn}"),))
                 events = [response.event async for response in call]
                 assert events[-1].WhichOneof("event") == "run_finished", events[-1]

@@ -13,8 +13,17 @@ from google.protobuf import duration_pb2, struct_pb2
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import content_pb2, hook_pb2, session_pb2, tool_pb2
+from general_agent.v1 import (
+    checkpoint_pb2,
+    content_pb2,
+    hook_pb2,
+    hook_registration_pb2,
+    hosted_tool_pb2,
+    session_pb2,
+)
+from general_agent.v1 import run_session_pb2 as run_session_api
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
 from tests.support.proto_fuzz import SERVICE, EnumSite, callable_for, enum_sites, message_class, out_of_range, with_enum
 from tests.support.rpc import DecodedError, Stub, create_session, rpc_error
@@ -43,14 +52,14 @@ async def call(channel: grpc.aio.Channel, method: str, request: Message | bytes)
     return await rpc_error(target)
 
 
-def command_statuses(responses: list[api.RunSessionResponse]) -> list[status_pb2.Status]:
+def command_statuses(responses: list[run_session_api.RunSessionResponse]) -> list[status_pb2.Status]:
     return [r.command_result.status for r in responses if r.WhichOneof("response") == "command_result"]
 
 
 async def run_session(channel: grpc.aio.Channel, session_id: str, later: Message | bytes) -> list[Any]:
     """Attaches, sends `later` (raw bytes or a message) and half-closes; returns what the server sent."""
     descriptor = SERVICE.methods_by_name["RunSession"]
-    attach = api.RunSessionRequest(attach=api.RunSessionAttach(session_id=session_id))
+    attach = run_session_api.RunSessionRequest(attach=run_session_api.RunSessionAttach(session_id=session_id))
     raw = isinstance(later, bytes)
     first: Message | bytes = attach.SerializeToString() if raw else attach
     stream = callable_for(channel, descriptor, raw=raw)(iter([first, later]))
@@ -160,7 +169,7 @@ async def test_messages_nested_past_the_decoder_limit_are_invalid_argument(chann
 
 async def test_a_corrupt_later_run_session_message_is_a_rejected_command(channel: grpc.aio.Channel, stub: Stub) -> None:
     session = await create_session(stub)
-    later = bad_utf8(api.RunSessionRequest.DESCRIPTOR)
+    later = bad_utf8(run_session_api.RunSessionRequest.DESCRIPTOR)
     statuses = command_statuses(await run_session(channel, session.identity.session_id, later))
     assert [(s.code, violations(s)) for s in statuses] == [
         (grpc.StatusCode.INVALID_ARGUMENT.value[0], ["RunSessionRequest"])
@@ -169,7 +178,9 @@ async def test_a_corrupt_later_run_session_message_is_a_rejected_command(channel
 
 async def test_a_refused_later_command_keeps_its_command_id(channel: grpc.aio.Channel, stub: Stub) -> None:
     session = await create_session(stub)
-    later = api.RunSessionRequest(turn=api.RunSessionTurn(command_id="c-1", options=api.TurnOptions(busy_policy=77)))  # type: ignore[arg-type]
+    later = run_session_api.RunSessionRequest(
+        turn=run_session_api.RunSessionTurn(command_id="c-1", options=turn_api.TurnOptions(busy_policy=77))  # type: ignore[arg-type]
+    )
     responses = await run_session(channel, session.identity.session_id, later)
     results = [r.command_result for r in responses if r.WhichOneof("response") == "command_result"]
     assert [(r.command_id, r.status.code, violations(r.status)) for r in results] == [
@@ -183,57 +194,66 @@ def nan_struct() -> struct_pb2.Struct:
     return out
 
 
-def registration(**binding: Any) -> hook_pb2.HookRegistration:
-    out = hook_pb2.HookRegistration(plugin_id="p", target=hook_pb2.HookTarget(address="127.0.0.1:1"))
-    out.hooks.add(name=hook_pb2.HOOK_NAME_SESSION_START, **binding)
+def registration(**binding: Any) -> hook_registration_pb2.HookRegistration:
+    out = hook_registration_pb2.HookRegistration(
+        plugin_id="p", target=hook_registration_pb2.HookTarget(address="127.0.0.1:1")
+    )
+    out.hooks.add(name=hook_registration_pb2.HOOK_NAME_SESSION_START, **binding)
     return out
 
 
 DEEP_JSON = "[" * 50_000 + "]" * 50_000
 INF = struct_pb2.Value(number_value=float("inf"))
 NASTY: list[Any] = [
-    ("EmitHook", api.EmitHookRequest(hook_name="session_start", event=nan_struct()), "event", "INVALID_ARGUMENT"),
     (
         "EmitHook",
-        api.EmitHookRequest(hook_name="session_start", context=hook_pb2.HookContext(extra=nan_struct())),
+        hook_registration_pb2.EmitHookRequest(hook_name="session_start", event=nan_struct()),
+        "event",
+        "INVALID_ARGUMENT",
+    ),
+    (
+        "EmitHook",
+        hook_registration_pb2.EmitHookRequest(
+            hook_name="session_start", context=hook_pb2.HookContext(extra=nan_struct())
+        ),
         "context.extra",
         "INVALID_ARGUMENT",
     ),
     (
         "SubmitHostedToolResult",
-        api.SubmitHostedToolResultRequest(session_id="s", call_id="c", output=INF),
+        turn_api.SubmitHostedToolResultRequest(session_id="s", call_id="c", output=INF),
         "output",
         "",
     ),
     (
         "SubmitHostedToolResult",
-        api.SubmitHostedToolResultRequest(session_id="s", call_id="c", output_json="1", details=INF),
+        turn_api.SubmitHostedToolResultRequest(session_id="s", call_id="c", output_json="1", details=INF),
         "details",
         "",
     ),
     (
         "SubmitHostedToolResult",
-        api.SubmitHostedToolResultRequest(session_id="s", call_id="c", output_json=DEEP_JSON),
+        turn_api.SubmitHostedToolResultRequest(session_id="s", call_id="c", output_json=DEEP_JSON),
         "output_json",
         "",
     ),
     (
         "SubmitHostedToolResult",
-        api.SubmitHostedToolResultRequest(session_id="s", call_id="c", output_json="[1, NaN]"),
+        turn_api.SubmitHostedToolResultRequest(session_id="s", call_id="c", output_json="[1, NaN]"),
         "output_json",
         "",
     ),
     (
         "SubmitHostedToolResult",
-        api.SubmitHostedToolResultRequest(session_id="s", call_id="c", output_json="1e999"),
+        turn_api.SubmitHostedToolResultRequest(session_id="s", call_id="c", output_json="1e999"),
         "output_json",
         "",
     ),
     (
         "CreateSession",
-        api.CreateSessionRequest(
+        session_api.CreateSessionRequest(
             session=session_pb2.Session(
-                hosted_tools=[tool_pb2.HostedToolDefinition(name="t", input_schema_json=DEEP_JSON)]
+                hosted_tools=[hosted_tool_pb2.HostedToolDefinition(name="t", input_schema_json=DEEP_JSON)]
             )
         ),
         "session.hosted_tools[0].input_schema_json",
@@ -241,7 +261,7 @@ NASTY: list[Any] = [
     ),
     (
         "StreamTurn",
-        api.StreamTurnRequest(
+        turn_api.StreamTurnRequest(
             session_id="s",
             input=[content_pb2.ContentPart(tool_result=content_pb2.ToolResultPart(call_id="c", output=INF))],
         ),
@@ -250,7 +270,7 @@ NASTY: list[Any] = [
     ),
     (
         "CreateSession",
-        api.CreateSessionRequest(
+        session_api.CreateSessionRequest(
             session=session_pb2.Session(limits=session_pb2.SessionLimits(max_model_calls_per_run=-1))
         ),
         "session.limits.max_model_calls_per_run",
@@ -258,7 +278,7 @@ NASTY: list[Any] = [
     ),
     (
         "CreateSession",
-        api.CreateSessionRequest(
+        session_api.CreateSessionRequest(
             session=session_pb2.Session(limits=session_pb2.SessionLimits(max_tool_calls_per_run=-3))
         ),
         "session.limits.max_tool_calls_per_run",
@@ -266,7 +286,7 @@ NASTY: list[Any] = [
     ),
     (
         "CreateSession",
-        api.CreateSessionRequest(
+        session_api.CreateSessionRequest(
             session=session_pb2.Session(
                 limits=session_pb2.SessionLimits(run_deadline=duration_pb2.Duration(seconds=-5))
             )
@@ -276,72 +296,79 @@ NASTY: list[Any] = [
     ),
     (
         "SubmitHostedToolResult",
-        api.SubmitHostedToolResultRequest(session_id="s", call_id="c", output_json="1", on_disconnect=99),  # type: ignore[arg-type]
+        turn_api.SubmitHostedToolResultRequest(session_id="s", call_id="c", output_json="1", on_disconnect=99),  # type: ignore[arg-type]
         "on_disconnect",
         "",
     ),
     (
         "RegisterHooks",
-        api.RegisterHooksRequest(registration=registration(failure_policy=99)),
+        hook_registration_pb2.RegisterHooksRequest(registration=registration(failure_policy=99)),
         "registration.hooks[0].failure_policy",
         "INVALID_HOOK",
     ),
     (
         "RegisterHooks",
-        api.RegisterHooksRequest(registration=registration(include_messages=99)),
+        hook_registration_pb2.RegisterHooksRequest(registration=registration(include_messages=99)),
         "registration.hooks[0].include_messages",
         "INVALID_HOOK",
     ),
-    ("ForkSession", api.ForkSessionRequest(source_session_id="s", at_sequence=-1), "at_sequence", ""),
-    ("WatchSession", api.WatchSessionRequest(session_id="s", after_sequence=-2), "after_sequence", ""),
+    ("ForkSession", session_api.ForkSessionRequest(source_session_id="s", at_sequence=-1), "at_sequence", ""),
+    ("WatchSession", turn_api.WatchSessionRequest(session_id="s", after_sequence=-2), "after_sequence", ""),
     (
         "CreateSession",
-        api.CreateSessionRequest(session=session_pb2.Session(labels={"A" * 10_000: "v"})),
+        session_api.CreateSessionRequest(session=session_pb2.Session(labels={"A" * 10_000: "v"})),
         "session.labels",
         "",
     ),
     (
         "CreateSession",
-        api.CreateSessionRequest(session=session_pb2.Session(), request_id="r" * 10_000),
+        session_api.CreateSessionRequest(session=session_pb2.Session(), request_id="r" * 10_000),
         "request_id",
         "",
     ),
-    ("ListSessions", api.ListSessionsRequest(page_token="zz"), "page_token", "INVALID_PAGE_TOKEN"),
-    ("ListSessions", api.ListSessionsRequest(page_size=-1), "page_size", ""),
-    ("SubmitHostedToolResult", api.SubmitHostedToolResultRequest(session_id="s", output_json="1"), "call_id", ""),
+    ("ListSessions", session_api.ListSessionsRequest(page_token="zz"), "page_token", "INVALID_PAGE_TOKEN"),
+    ("ListSessions", session_api.ListSessionsRequest(page_size=-1), "page_size", ""),
+    ("SubmitHostedToolResult", turn_api.SubmitHostedToolResultRequest(session_id="s", output_json="1"), "call_id", ""),
     (
         "SubmitHostedToolResult",
-        api.SubmitHostedToolResultRequest(session_id="s", call_id="c" * 10_000, output_json="1"),
+        turn_api.SubmitHostedToolResultRequest(session_id="s", call_id="c" * 10_000, output_json="1"),
         "call_id",
         "",
     ),
     (
         "RestoreCheckpoint",
-        api.RestoreCheckpointRequest(session_id="s", checkpoint_id="c" * 10_000),
+        checkpoint_pb2.RestoreCheckpointRequest(session_id="s", checkpoint_id="c" * 10_000),
         "checkpoint_id",
         "",
     ),
-    ("EmitHook", api.EmitHookRequest(hook_name="h" * 10_000), "hook_name", "INVALID_HOOK"),
-    ("CreateSession", api.CreateSessionRequest(session=session_pb2.Session(), api_key="k" * 10_000), "api_key", ""),
+    ("EmitHook", hook_registration_pb2.EmitHookRequest(hook_name="h" * 10_000), "hook_name", "INVALID_HOOK"),
+    (
+        "CreateSession",
+        session_api.CreateSessionRequest(session=session_pb2.Session(), api_key="k" * 10_000),
+        "api_key",
+        "",
+    ),
     (
         "ResumeSession",
-        api.ResumeSessionRequest(session_id="s", overrides=session_pb2.SessionOverrides(api_key="k" * 10_000)),
+        session_api.ResumeSessionRequest(session_id="s", overrides=session_pb2.SessionOverrides(api_key="k" * 10_000)),
         "overrides.api_key",
         "",
     ),
     (
         "CreateSession",
-        api.CreateSessionRequest(session=session_pb2.Session(disabled_mcp_servers=[f"m{i}" for i in range(65)])),
+        session_api.CreateSessionRequest(
+            session=session_pb2.Session(disabled_mcp_servers=[f"m{i}" for i in range(65)])
+        ),
         "session.disabled_mcp_servers",
         "",
     ),
     (
         "CreateSession",
-        api.CreateSessionRequest(session=session_pb2.Session(allowed_tools=["read", "t" * 65])),
+        session_api.CreateSessionRequest(session=session_pb2.Session(allowed_tools=["read", "t" * 65])),
         "session.allowed_tools[1]",
         "",
     ),
-    ("ResetSession", api.ResetSessionRequest(session_id="s", reason="r" * 10_000), "reason", ""),
+    ("ResetSession", session_api.ResetSessionRequest(session_id="s", reason="r" * 10_000), "reason", ""),
 ]
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import grpc
 
 from general_agent.testing import FakeAnthropic, HangReply, Reply, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc, session_pb2
+from general_agent.v1 import agent_service_pb2_grpc, checkpoint_pb2, session_pb2
+from general_agent.v1 import turn_pb2 as turn_api
 from tests.conftest import ServerFactory
 from tests.support.events import last_of
 from tests.support.rpc import Stub, create_session, rpc_error, stream_turn, text_input
@@ -44,7 +44,7 @@ async def tool_turn(stub: Stub, fake_model: FakeAnthropic, sid: str, reply: Repl
 
 
 async def checkpoints(stub: Stub, sid: str) -> list[Any]:
-    return list((await stub.ListCheckpoints(api.ListCheckpointsRequest(session_id=sid))).checkpoints)
+    return list((await stub.ListCheckpoints(checkpoint_pb2.ListCheckpointsRequest(session_id=sid))).checkpoints)
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
@@ -89,7 +89,9 @@ async def test_write_edit_patch_then_restore_the_oldest_across_a_restart(
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         oldest = (await checkpoints(stub, sid))[-1]
         restored = await stub.RestoreCheckpoint(
-            api.RestoreCheckpointRequest(session_id=sid, checkpoint_id=oldest.checkpoint_id, request_id="r-1")
+            checkpoint_pb2.RestoreCheckpointRequest(
+                session_id=sid, checkpoint_id=oldest.checkpoint_id, request_id="r-1"
+            )
         )
         assert restored.checkpoints_undone == 3
         assert sorted(set(restored.restored_paths)) == ["added.txt", "fresh/new.txt", "notes.txt", "old.txt"]
@@ -97,11 +99,15 @@ async def test_write_edit_patch_then_restore_the_oldest_across_a_restart(
         assert await checkpoints(stub, sid) == []
         # The same request id answers the same result; another restore of the id is NOT_FOUND.
         again = await stub.RestoreCheckpoint(
-            api.RestoreCheckpointRequest(session_id=sid, checkpoint_id=oldest.checkpoint_id, request_id="r-1")
+            checkpoint_pb2.RestoreCheckpointRequest(
+                session_id=sid, checkpoint_id=oldest.checkpoint_id, request_id="r-1"
+            )
         )
         assert again.checkpoints_undone == 3
         error = await rpc_error(
-            stub.RestoreCheckpoint(api.RestoreCheckpointRequest(session_id=sid, checkpoint_id=oldest.checkpoint_id))
+            stub.RestoreCheckpoint(
+                checkpoint_pb2.RestoreCheckpointRequest(session_id=sid, checkpoint_id=oldest.checkpoint_id)
+            )
         )
         assert (error.code, error.reason) == (grpc.StatusCode.NOT_FOUND, "CHECKPOINT_NOT_FOUND")
 
@@ -139,26 +145,30 @@ async def test_bounds_drop_the_oldest_and_errors(
         assert [c.tool_call_id for c in await checkpoints(stub, sid)] == ["t2", "t1"]
 
         missing = await rpc_error(
-            stub.RestoreCheckpoint(api.RestoreCheckpointRequest(session_id=sid, checkpoint_id="nope"))
+            stub.RestoreCheckpoint(checkpoint_pb2.RestoreCheckpointRequest(session_id=sid, checkpoint_id="nope"))
         )
         assert (missing.code, missing.reason) == (grpc.StatusCode.NOT_FOUND, "CHECKPOINT_NOT_FOUND")
-        foreign = await rpc_error(stub.ListCheckpoints(api.ListCheckpointsRequest(session_id="no-such-session")))
+        foreign = await rpc_error(
+            stub.ListCheckpoints(checkpoint_pb2.ListCheckpointsRequest(session_id="no-such-session"))
+        )
         assert (foreign.code, foreign.reason) == (grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND")
 
         # While a run is active the workspace may be changing: a restore is refused.
         hang = HangReply(after_events=2, reply=TextReply("later"))
         fake_model.enqueue(hang)
-        turn = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("wait")))
+        turn = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("wait")))
         async for response in turn:
             if response.event.WhichOneof("event") == "run_started":
                 break
         oldest = (await checkpoints(stub, sid))[-1].checkpoint_id
         busy = await rpc_error(
-            stub.RestoreCheckpoint(api.RestoreCheckpointRequest(session_id=sid, checkpoint_id=oldest))
+            stub.RestoreCheckpoint(checkpoint_pb2.RestoreCheckpointRequest(session_id=sid, checkpoint_id=oldest))
         )
         assert (busy.code, busy.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "SESSION_BUSY")
         hang.release()
         [r async for r in turn]
-        restored = await stub.RestoreCheckpoint(api.RestoreCheckpointRequest(session_id=sid, checkpoint_id=oldest))
+        restored = await stub.RestoreCheckpoint(
+            checkpoint_pb2.RestoreCheckpointRequest(session_id=sid, checkpoint_id=oldest)
+        )
         assert restored.checkpoints_undone == 2
         assert (tmp_path / "ws" / "default" / sid / "f.txt").read_text() == "v0"

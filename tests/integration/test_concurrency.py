@@ -16,8 +16,8 @@ import grpc
 import pytest
 
 from general_agent.testing import FakeAnthropic, RecordedRequest, Reply, ReplyLike, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2, tool_pb2
+from general_agent.v1 import agent_service_pb2_grpc, event_pb2, hosted_tool_pb2, session_pb2
+from general_agent.v1 import turn_pb2 as turn_api
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, text_of
 from tests.support.rpc import Stub, create_session, events_after, stream_turn
@@ -76,7 +76,7 @@ async def one_session(stub: Stub, root: Path, i: int) -> tuple[str, list[Any]]:
         stub,
         identity=session_pb2.SessionIdentity(mode=session_pb2.SESSION_MODE_CODING),
         hosted_tools=[
-            tool_pb2.HostedToolDefinition(
+            hosted_tool_pb2.HostedToolDefinition(
                 name=f"lookup_{i:03d}", description="session-specific host tool", input_schema_json=SCHEMA_JSON
             )
         ],
@@ -94,7 +94,7 @@ async def one_session(stub: Stub, root: Path, i: int) -> tuple[str, list[Any]]:
     hosted = last_of(turn, "hosted_tool_call")
     assert (hosted.call_id, hosted.tool_name) == (f"toolu_host_{i:03d}", f"lookup_{i:03d}")
     assert hosted.input_json == f'{{"marker":"{marker(i)}"}}'
-    request = api.SubmitHostedToolResultRequest(
+    request = turn_api.SubmitHostedToolResultRequest(
         session_id=sid, call_id=hosted.call_id, output_json=f'"host says {marker(i)}"'
     )
     submitted = [r.event async for r in stub.SubmitHostedToolResult(request)]

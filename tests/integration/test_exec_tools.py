@@ -13,8 +13,9 @@ import grpc
 import pytest
 
 from general_agent.testing import FakeAnthropic, HangReply, Reply, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of
 from tests.support.rpc import Stub, create_session, stream_turn, text_input
@@ -168,7 +169,7 @@ async def test_stop_during_a_long_command_kills_its_process_group(
     # The command forks a grandchild that records its pid, then both sleep.
     command = "(sleep 300 & echo $! > grandchild.pid; wait) & sleep 300"
     fake_model.enqueue(exec_call("toolu_long", command=command))
-    turn = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("run forever")))
+    turn = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("run forever")))
     seen = []
     async for response in turn:
         seen.append(response.event)
@@ -178,7 +179,7 @@ async def test_stop_during_a_long_command_kills_its_process_group(
     await wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), "the grandchild started")
     grandchild = int(pid_file.read_text())
     assert pid_alive(grandchild)
-    stop = await stub.RequestStop(api.RequestStopRequest(session_id=sid))
+    stop = await stub.RequestStop(turn_api.RequestStopRequest(session_id=sid))
     assert stop.run_id
     events = seen + [r.event async for r in turn]
     assert last_of(events, "run_finished").outcome == event_pb2.RUN_OUTCOME_STOPPED
@@ -204,7 +205,7 @@ async def test_background_processes_die_with_a_cancelled_run_and_a_deleted_sessi
         exec_call("toolu_bg2", command="echo $$ > doomed.pid; exec sleep 300", background=True),
         HangReply(after_events=2, reply=TextReply("never")),
     )
-    turn = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("start another")))
+    turn = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("start another")))
     run_id = ""
     async for response in turn:
         if response.event.WhichOneof("event") == "run_started":
@@ -215,11 +216,11 @@ async def test_background_processes_die_with_a_cancelled_run_and_a_deleted_sessi
     await wait_for(lambda: doomed_file.exists() and doomed_file.read_text().strip(), "the doomed process started")
     doomed = int(doomed_file.read_text())
     await fake_model.wait_for_requests(4)
-    await stub.CancelRun(api.CancelRunRequest(session_id=sid, run_id=run_id))
+    await stub.CancelRun(turn_api.CancelRunRequest(session_id=sid, run_id=run_id))
     [r async for r in turn]
     await wait_for(lambda: not pid_alive(doomed), "the cancelled run's process was killed")
     assert pid_alive(kept)
-    await stub.DeleteSession(api.DeleteSessionRequest(session_id=sid))
+    await stub.DeleteSession(session_api.DeleteSessionRequest(session_id=sid))
     await wait_for(lambda: not pid_alive(kept), "the deleted session's process was killed")
 
 

@@ -14,8 +14,9 @@ import grpc
 import pytest
 
 from general_agent.testing import FakeAnthropic, HangReply, Reply, TextBlock, TextReply, ToolUseBlock, Usage
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2, tool_pb2
+from general_agent.v1 import agent_service_pb2_grpc, event_pb2, hosted_tool_pb2, session_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, text_of
 from tests.support.rpc import Stub, create_session, events_after, rpc_error, stream_turn, text_input
@@ -37,16 +38,18 @@ async def ws_stub(server_factory: ServerFactory, workspace_root: Path) -> AsyncI
 
 
 async def fork(stub: Stub, source: str, **fields: Any) -> session_pb2.Session:
-    response = await stub.ForkSession(api.ForkSessionRequest(source_session_id=source, **fields))
+    response = await stub.ForkSession(session_api.ForkSessionRequest(source_session_id=source, **fields))
     return response.session
 
 
 async def get_session(stub: Stub, sid: str) -> session_pb2.Session:
-    return (await stub.GetSession(api.GetSessionRequest(session_id=sid))).session
+    return (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session
 
 
 async def history(stub: Stub, sid: str) -> list[Any]:
-    return list((await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid, page_size=1000))).entries)
+    return list(
+        (await stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=sid, page_size=1000))).entries
+    )
 
 
 def entry_bodies(entries: list[Any]) -> list[tuple[str, Any]]:
@@ -63,8 +66,8 @@ def plain(value: Any) -> Any:
     return value
 
 
-def lookup_tool() -> tool_pb2.HostedToolDefinition:
-    return tool_pb2.HostedToolDefinition(
+def lookup_tool() -> hosted_tool_pb2.HostedToolDefinition:
+    return hosted_tool_pb2.HostedToolDefinition(
         name="lookup", description="ask the host", input_schema_json=LOOKUP_SCHEMA_JSON
     )
 
@@ -114,7 +117,7 @@ async def test_fork_after_two_turns_copies_history_and_transcript(stub: Stub, fa
     assert forked.usage_snapshot.used_input_tokens == source.usage_snapshot.used_input_tokens == 200
     assert source.cumulative_usage.input_tokens == 300
     assert forked.cumulative_usage == session_pb2.Usage()
-    usage = await stub.GetUsage(api.GetUsageRequest(session_id=fid))
+    usage = await stub.GetUsage(session_api.GetUsageRequest(session_id=fid))
     assert usage.cumulative_usage == session_pb2.Usage()
     assert usage.usage_snapshot.used_input_tokens == 200
     # The transcript is copied.
@@ -238,7 +241,7 @@ async def test_fork_of_a_suspended_session_stops_at_the_last_completed_run(
     submitted = [
         r.event
         async for r in stub.SubmitHostedToolResult(
-            api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_p", output_json='"x"')
+            turn_api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_p", output_json='"x"')
         )
     ]
     assert last_of(submitted, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
@@ -250,7 +253,7 @@ async def test_fork_while_a_run_is_in_flight(stub: Stub, fake_model: FakeAnthrop
     first = await stream_turn(stub, sid, "one")
     gate = HangReply(after_events=4, reply=TextReply("partial rest", chunks=["partial ", "rest"]))
     fake_model.enqueue(gate)
-    running = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("two")))
+    running = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("two")))
     async for response in running:
         if response.event.WhichOneof("event") == "assistant_delta":
             break
@@ -297,20 +300,22 @@ async def test_fork_copies_the_workspace_only_when_asked(
 
 
 async def test_fork_errors(stub: Stub, fake_model: FakeAnthropic) -> None:
-    error = await rpc_error(stub.ForkSession(api.ForkSessionRequest(source_session_id="missing-source")))
+    error = await rpc_error(stub.ForkSession(session_api.ForkSessionRequest(source_session_id="missing-source")))
     assert (error.code, error.reason) == (grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND")
     sid = (await create_session(stub)).identity.session_id
     other = (await create_session(stub, identity=session_pb2.SessionIdentity(session_id="taken"))).identity
     for target in (other.session_id, sid):
         error = await rpc_error(
             stub.ForkSession(
-                api.ForkSessionRequest(source_session_id=sid, identity=session_pb2.SessionIdentity(session_id=target))
+                session_api.ForkSessionRequest(
+                    source_session_id=sid, identity=session_pb2.SessionIdentity(session_id=target)
+                )
             )
         )
         assert (error.code, error.reason) == (grpc.StatusCode.ALREADY_EXISTS, "SESSION_ALREADY_EXISTS"), target
-    error = await rpc_error(stub.ForkSession(api.ForkSessionRequest(source_session_id="")))
+    error = await rpc_error(stub.ForkSession(session_api.ForkSessionRequest(source_session_id="")))
     assert error.code == grpc.StatusCode.INVALID_ARGUMENT
-    listed = await stub.ListSessions(api.ListSessionsRequest())
+    listed = await stub.ListSessions(session_api.ListSessionsRequest())
     assert sorted(s.identity.session_id for s in listed.sessions) == sorted([sid, "taken"])
 
 
@@ -320,10 +325,12 @@ async def test_fork_is_idempotent_with_request_id(stub: Stub, fake_model: FakeAn
     again = await fork(stub, sid, request_id="fork-once")
     assert again.identity.session_id == first.identity.session_id
     assert again.forked_from == first.forked_from
-    listed = await stub.ListSessions(api.ListSessionsRequest())
+    listed = await stub.ListSessions(session_api.ListSessionsRequest())
     assert len(listed.sessions) == 2
     error = await rpc_error(
-        stub.ForkSession(api.ForkSessionRequest(source_session_id=sid, request_id="fork-once", copy_workspace=True))
+        stub.ForkSession(
+            session_api.ForkSessionRequest(source_session_id=sid, request_id="fork-once", copy_workspace=True)
+        )
     )
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "REQUEST_ID_REUSED")
     # Without a request_id every call is a new fork.
@@ -333,7 +340,7 @@ async def test_fork_is_idempotent_with_request_id(stub: Stub, fake_model: FakeAn
 
 async def test_fork_does_not_copy_the_stop_flag(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid, _ = await two_turn_source(stub, fake_model)
-    await stub.RequestStop(api.RequestStopRequest(session_id=sid))
+    await stub.RequestStop(turn_api.RequestStopRequest(session_id=sid))
     forked = await fork(stub, sid)
     assert forked.stop_requested is False
     fake_model.enqueue(TextReply("not stopped"))
@@ -353,7 +360,7 @@ async def test_fork_does_not_copy_the_in_memory_api_key(
         await stream_turn(stub, sid, "hi")
         keyless = await fork(stub, sid)
         error = await rpc_error(
-            stub.StreamTurn(api.StreamTurnRequest(session_id=keyless.identity.session_id, input=text_input("hi")))
+            stub.StreamTurn(turn_api.StreamTurnRequest(session_id=keyless.identity.session_id, input=text_input("hi")))
         )
         assert (error.code, error.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "NO_API_KEY")
         keyed = await fork(stub, sid, overrides=session_pb2.SessionOverrides(api_key="sk-ant-fork-key-5678"))
@@ -366,7 +373,7 @@ async def test_fork_does_not_copy_the_in_memory_api_key(
 async def test_fork_after_a_reset_copies_the_state_after_it(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid, events = await two_turn_source(stub, fake_model)
     before_reset = events[-1].sequence
-    await stub.ResetSession(api.ResetSessionRequest(session_id=sid, reason="new topic"))
+    await stub.ResetSession(session_api.ResetSessionRequest(session_id=sid, reason="new topic"))
     source_entries = await history(stub, sid)
     assert source_entries[-1].WhichOneof("entry") == "session_reset"
 
@@ -377,7 +384,9 @@ async def test_fork_after_a_reset_copies_the_state_after_it(stub: Stub, fake_mod
     assert entry_bodies(await history(stub, latest.identity.session_id)) == entry_bodies(source_entries)
 
     # A point before the reset: that history is gone, and the error says so.
-    error = await rpc_error(stub.ForkSession(api.ForkSessionRequest(source_session_id=sid, at_sequence=before_reset)))
+    error = await rpc_error(
+        stub.ForkSession(session_api.ForkSessionRequest(source_session_id=sid, at_sequence=before_reset))
+    )
     assert error.code == grpc.StatusCode.INVALID_ARGUMENT
     assert error.field_violations[0][0] == "at_sequence"
 

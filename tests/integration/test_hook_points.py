@@ -17,8 +17,9 @@ import pytest
 from google.protobuf import json_format
 
 from general_agent.testing import ErrorReply, FakeAnthropic, Reply, TextBlock, TextReply, ToolUseBlock, Usage
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import content_pb2, event_pb2, hook_pb2
+from general_agent.v1 import content_pb2, event_pb2, hook_pb2, hook_registration_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from tests.conftest import ServerFactory
 from tests.support.events import last_of
 from tests.support.hook_agent import Agent, as_dict, open_agent
@@ -148,14 +149,14 @@ async def test_llm_input_and_llm_output_carry_the_effective_prompt_and_usage(
     sid = session.identity.session_id
     usage = Usage(input_tokens=11, output_tokens=7, cache_read_input_tokens=3, cache_creation_input_tokens=2)
     fake_model.enqueue(TextReply("Tea it is.", usage=usage))
-    request = api.StreamTurnRequest(session_id=sid, input=image_input("what now?"))
+    request = turn_api.StreamTurnRequest(session_id=sid, input=image_input("what now?"))
     events = [r.event async for r in agent.stub.StreamTurn(request)]
     run_id = events[0].run_id
     await host.wait_for("llm_input", "llm_output")
     # run_started names the model the run uses, after before_model_resolve; the request went to it.
     assert events[0].run_started.model_ref == "anthropic/claude-opus-4-6"
     assert fake_model.requests[-1].model == "claude-opus-4-6"
-    history = await agent.stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid))
+    history = await agent.stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=sid))
     assert history.entries[0].system_prompt.model_ref == "anthropic/claude-opus-4-6"
 
     llm_input = host.of("llm_input")[0].request.event
@@ -236,7 +237,7 @@ async def test_history_is_capped_by_hook_max_payload_bytes(
 ) -> None:
     async with open_agent(server_factory, tmp_path, {"GENERAL_AGENT_HOOK_MAX_PAYLOAD_BYTES": "300"}) as agent:
         host = await agent.host()
-        bindings = [binding("before_prompt_build", include_messages=hook_pb2.HOOK_INCLUDE_MESSAGES_ALL)]
+        bindings = [binding("before_prompt_build", include_messages=hook_registration_pb2.HOOK_INCLUDE_MESSAGES_ALL)]
         await agent.register("all", host.address, bindings)
         sid = (await create_session(agent.stub)).identity.session_id
         for index in range(4):
@@ -254,9 +255,9 @@ async def test_history_is_capped_by_hook_max_payload_bytes(
 async def test_include_messages_shapes_history_per_registration(agent: Agent, fake_model: FakeAnthropic) -> None:
     host = await agent.host()
     for plugin_id, include, last_n in (
-        ("counts", hook_pb2.HOOK_INCLUDE_MESSAGES_NONE, 0),
-        ("last", hook_pb2.HOOK_INCLUDE_MESSAGES_LAST_N, 1),
-        ("all", hook_pb2.HOOK_INCLUDE_MESSAGES_ALL, 0),
+        ("counts", hook_registration_pb2.HOOK_INCLUDE_MESSAGES_NONE, 0),
+        ("last", hook_registration_pb2.HOOK_INCLUDE_MESSAGES_LAST_N, 1),
+        ("all", hook_registration_pb2.HOOK_INCLUDE_MESSAGES_ALL, 0),
     ):
         bindings = [binding(h, include_messages=include, last_n=last_n) for h in ("before_prompt_build", "llm_input")]
         await agent.register(plugin_id, host.address, bindings)
@@ -264,7 +265,7 @@ async def test_include_messages_shapes_history_per_registration(agent: Agent, fa
     sid = session.identity.session_id
     fake_model.enqueue(TextReply("a cat"), TextReply("still a cat"))
     await stream_turn(agent.stub, sid, "first")  # no image yet: history is checked on the second turn
-    request = api.StreamTurnRequest(session_id=sid, input=image_input("what is this?"))
+    request = turn_api.StreamTurnRequest(session_id=sid, input=image_input("what is this?"))
     [r async for r in agent.stub.StreamTurn(request)]
     fake_model.enqueue(TextReply("yes"))
     third = await stream_turn(agent.stub, sid, "sure?")
@@ -320,7 +321,7 @@ def blocking_assistant_text(text: str) -> Answer:
 
 async def transcript_lines(agent: Agent, session_id: str, until_text: str) -> list[dict[str, Any]]:
     """The JSONL export once it holds a line containing `until_text` (it is written after commit)."""
-    session = await agent.stub.GetSession(api.GetSessionRequest(session_id=session_id))
+    session = await agent.stub.GetSession(session_api.GetSessionRequest(session_id=session_id))
     path = Path(session.session.transcript_path)
     lines: list[dict[str, Any]] = []
 
@@ -442,7 +443,9 @@ async def test_a_failing_fail_closed_prompt_hook_fails_the_run(
     agent: Agent, fake_model: FakeAnthropic, failure: str
 ) -> None:
     address = await failing_target(agent, failure, ("before_prompt_build",))
-    closed = binding("before_prompt_build", timeout=0.5, failure_policy=hook_pb2.HOOK_FAILURE_POLICY_FAIL_CLOSED)
+    closed = binding(
+        "before_prompt_build", timeout=0.5, failure_policy=hook_registration_pb2.HOOK_FAILURE_POLICY_FAIL_CLOSED
+    )
     await agent.register("strict", address, [closed])
     session = await create_session(agent.stub)
     started = time.monotonic()

@@ -17,8 +17,8 @@ import pytest
 from google.protobuf import struct_pb2
 
 from general_agent.testing import FakeAnthropic, TextReply
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc, hook_pb2
+from general_agent.v1 import agent_service_pb2_grpc, hook_pb2, hook_registration_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent_server.domain.context import CallContext, CallerRole
 from general_agent_server.domain.errors import ErrorCode, ServiceError
 from general_agent_server.domain.session import SessionConfig, SessionIdentity
@@ -40,7 +40,9 @@ def session_ids(host: HookHost, hook: str) -> list[str]:
 
 
 async def listed(agent: Agent, session_id: str = "") -> list[tuple[str, str]]:
-    response = await agent.stub.ListHookRegistrations(api.ListHookRegistrationsRequest(session_id=session_id))
+    response = await agent.stub.ListHookRegistrations(
+        hook_registration_pb2.ListHookRegistrationsRequest(session_id=session_id)
+    )
     return [(r.plugin_id, r.session_id) for r in response.registrations]
 
 
@@ -54,7 +56,7 @@ async def test_session_registrations_reach_their_session_only_and_follow_fork_an
     sid, other_id = mine.identity.session_id, other.identity.session_id
     # The session reports its own registrations (as stored, with its id).
     assert [(r.plugin_id, r.session_id) for r in mine.hook_registrations] == [("per-session", sid)]
-    fetched = (await agent.stub.GetSession(api.GetSessionRequest(session_id=sid))).session
+    fetched = (await agent.stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session
     assert [r.target.address for r in fetched.hook_registrations] == [host.address]
     assert list(other.hook_registrations) == []
     fake_model.enqueue(TextReply("one"), TextReply("two"))
@@ -65,14 +67,14 @@ async def test_session_registrations_reach_their_session_only_and_follow_fork_an
     assert await listed(agent, sid) == [("per-session", sid)]
     assert await listed(agent) == []  # not a tenant-wide registration
 
-    fork = (await agent.stub.ForkSession(api.ForkSessionRequest(source_session_id=sid))).session
+    fork = (await agent.stub.ForkSession(session_api.ForkSessionRequest(source_session_id=sid))).session
     fork_id = fork.identity.session_id
     assert await listed(agent, fork_id) == [("per-session", fork_id)]
     fake_model.enqueue(TextReply("three"))
     await stream_turn(agent.stub, fork_id, "hello again")
     assert session_ids(host, "before_prompt_build") == [sid, fork_id]
 
-    await agent.stub.DeleteSession(api.DeleteSessionRequest(session_id=sid))
+    await agent.stub.DeleteSession(session_api.DeleteSessionRequest(session_id=sid))
     await host.wait_for("session_end")
     [ended] = host.of("session_end")
     # Transcript entries, as in the seed: the system prompt, the user message and the reply (history has 2).
@@ -100,14 +102,14 @@ async def test_the_operator_registers_loopback_hook_targets_without_the_allow_li
         async with grpc.aio.insecure_channel(server.address) as channel:
             stub = agent_service_pb2_grpc.AgentServiceStub(channel)
             tenant_wide = registration("tenant-wide", host.address, ("before_prompt_build",))
-            await stub.RegisterHooks(api.RegisterHooksRequest(registration=tenant_wide))
+            await stub.RegisterHooks(hook_registration_pb2.RegisterHooksRequest(registration=tenant_wide))
             per_session = registration("per-session", host.address, ("before_model_resolve",))
             session = await create_session(stub, hook_registrations=[per_session])
             fake_model.enqueue(TextReply("hi"))
             await stream_turn(stub, session.identity.session_id, "hello")
 
             assert host.names() == ["before_model_resolve", "before_prompt_build"]
-            response = await stub.ListHookRegistrations(api.ListHookRegistrationsRequest())
+            response = await stub.ListHookRegistrations(hook_registration_pb2.ListHookRegistrationsRequest())
             assert [r.target.address for r in response.registrations] == [host.address]
     finally:
         await server.stop(grace=1.0)
@@ -166,7 +168,7 @@ async def test_reset_session_awaits_before_reset(agent: Agent, fake_model: FakeA
     sid = session.identity.session_id
     fake_model.enqueue(TextReply("noted"))
     await stream_turn(agent.stub, sid, "remember this")
-    reset = await agent.stub.ResetSession(api.ResetSessionRequest(session_id=sid, reason="clean slate"))
+    reset = await agent.stub.ResetSession(session_api.ResetSessionRequest(session_id=sid, reason="clean slate"))
     assert len(handled) == 1
     event = handled[0].event
     assert event.reason == "clean slate"
@@ -200,7 +202,7 @@ async def test_gateway_hooks_and_session_end_at_shutdown(
             await host.wait_for("gateway_start")  # not awaited by start-up
             assert [c.request.event.port for c in host.of("gateway_start")] == [port]
             # Deleting a session this process never loaded reports its stored transcript entries as well.
-            await restarted.stub.DeleteSession(api.DeleteSessionRequest(session_id=active.identity.session_id))
+            await restarted.stub.DeleteSession(session_api.DeleteSessionRequest(session_id=active.identity.session_id))
             await host.wait_until(lambda: len(host.of("session_end")) == 2)
             deleted = host.of("session_end")[1].request.event
             assert (deleted.session_id, deleted.message_count) == (active.identity.session_id, 3)
@@ -242,29 +244,35 @@ async def test_tls_target_is_dialled_with_its_ca_and_the_client_key_is_never_lis
     host = HookHost({"message_sending": returning(hook_pb2.MessageSendingResult(content="over tls"))})
     await host.start(tls_key_and_cert=(certificate.key_pem, certificate.cert_pem))
     agent.hosts.append(host)
-    tls = hook_pb2.HookTls(
+    tls = hook_registration_pb2.HookTls(
         ca_cert_pem=certificate.cert_pem.decode(),
         server_name_override=certificate.name,
         client_cert_pem=certificate.cert_pem.decode(),
         client_key_pem=certificate.key_pem.decode(),
     )
-    request = api.RegisterHooksRequest(registration=registration("secure", host.address, ("message_sending",), tls=tls))
+    request = hook_registration_pb2.RegisterHooksRequest(
+        registration=registration("secure", host.address, ("message_sending",), tls=tls)
+    )
     registered = (await agent.stub.RegisterHooks(request)).registration
     assert registered.target.tls.client_key_pem == ""
 
-    emitted = await agent.stub.EmitHook(api.EmitHookRequest(hook_name="message_sending", event=_struct(content="hi")))
+    emitted = await agent.stub.EmitHook(
+        hook_registration_pb2.EmitHookRequest(hook_name="message_sending", event=_struct(content="hi"))
+    )
     assert as_dict(emitted.result) == {"content": "over tls"}
     assert list(emitted.handler_errors) == []
     assert len(host.of("message_sending")) == 1
 
-    response = await agent.stub.ListHookRegistrations(api.ListHookRegistrationsRequest())
+    response = await agent.stub.ListHookRegistrations(hook_registration_pb2.ListHookRegistrationsRequest())
     [listed_tls] = [r.target.tls for r in response.registrations]
     assert listed_tls.client_key_pem == ""
     assert (listed_tls.ca_cert_pem, listed_tls.server_name_override) == (tls.ca_cert_pem, certificate.name)
 
     # The host speaks TLS only: the same target dialled in plaintext fails (and message_sending fails open).
     await agent.register("plain", host.address, ("message_sending",))
-    emitted = await agent.stub.EmitHook(api.EmitHookRequest(hook_name="message_sending", event=_struct(content="hi")))
+    emitted = await agent.stub.EmitHook(
+        hook_registration_pb2.EmitHookRequest(hook_name="message_sending", event=_struct(content="hi"))
+    )
     assert [e.plugin_id for e in emitted.handler_errors] == ["plain"]
 
 

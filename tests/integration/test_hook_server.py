@@ -18,8 +18,8 @@ from google.protobuf import json_format, struct_pb2
 from general_agent import AgentClient, HookServer
 from general_agent.hooks import HookDecorator
 from general_agent.testing import FakeAnthropic, Reply, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import hook_pb2, hook_service_pb2, hook_service_pb2_grpc
+from general_agent.v1 import hook_pb2, hook_registration_pb2, hook_service_pb2, hook_service_pb2_grpc
+from general_agent.v1 import session_messages_pb2 as session_api
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of
 from tests.support.rpc import Stub, create_session, stream_turn
@@ -84,9 +84,9 @@ async def test_before_tool_call_blocks_a_tool_through_a_real_turn(
     stored = await hooks.register(agent.client)
     assert (stored.plugin_id, stored.target.address, stored.tenant) == ("guard", hooks.address, "default")
     [binding] = stored.hooks
-    assert binding.name == hook_pb2.HOOK_NAME_BEFORE_TOOL_CALL
+    assert binding.name == hook_registration_pb2.HOOK_NAME_BEFORE_TOOL_CALL
     assert (binding.priority, binding.timeout.ToMilliseconds()) == (5, 2500)
-    assert binding.failure_policy == hook_pb2.HOOK_FAILURE_POLICY_FAIL_CLOSED
+    assert binding.failure_policy == hook_registration_pb2.HOOK_FAILURE_POLICY_FAIL_CLOSED
 
     session = await create_session(agent.stub)
     sid = session.identity.session_id
@@ -134,7 +134,7 @@ async def test_before_prompt_build_injects_context_and_none_lets_the_tool_run(
     assert "green tea" in last_of(events, "tool_result").output[0].text.text
     first = fake_model.requests[0]
     assert first.messages[0]["content"][0]["text"] == "Recall: the user likes tea.\n\nWhat should I drink?"
-    history = await agent.stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid))
+    history = await agent.stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=sid))
     assert history.entries[1].message.content[0].text.text == "What should I drink?"  # context is never stored
 
 
@@ -154,7 +154,9 @@ async def test_handler_failures_follow_the_failure_policy_and_are_logged(
 
     with caplog.at_level(logging.ERROR, logger="general_agent.hooks"):
         response = await agent.stub.EmitHook(
-            api.EmitHookRequest(hook_name="before_tool_call", event=struct({"toolName": "write", "params": {}}))
+            hook_registration_pb2.EmitHookRequest(
+                hook_name="before_tool_call", event=struct({"toolName": "write", "params": {}})
+            )
         )
 
     result = json_format.MessageToDict(response.result)
@@ -238,7 +240,7 @@ def test_decoration_mistakes_fail_early() -> None:
     with pytest.raises(ValueError, match="already has a handler"):
         hooks.llm_input()(handler)
     [binding] = hooks.registration("127.0.0.1:1").hooks
-    assert (binding.include_messages, binding.last_n) == (hook_pb2.HOOK_INCLUDE_MESSAGES_LAST_N, 3)
+    assert (binding.include_messages, binding.last_n) == (hook_registration_pb2.HOOK_INCLUDE_MESSAGES_LAST_N, 3)
     assert binding.timeout.ToMilliseconds() == 250
     with pytest.raises(ValueError, match="plugin_id"):
         HookServer(plugin_id=" ")

@@ -14,8 +14,9 @@ import pytest
 from google.protobuf import duration_pb2, struct_pb2
 
 from general_agent.testing import FakeAnthropic, Reply, TextBlock, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2, tool_pb2
+from general_agent.v1 import agent_service_pb2_grpc, event_pb2, hosted_tool_pb2, session_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, sequences, text_of
 from tests.support.rpc import Stub, create_session, rpc_error, stream_turn, text_input
@@ -27,7 +28,9 @@ LOOKUP_SCHEMA_JSON = (
 
 
 def lookup(name: str = "lookup", *, timeout: float | None = None, schema: str = LOOKUP_SCHEMA_JSON) -> Any:
-    tool = tool_pb2.HostedToolDefinition(name=name, description=f"{name}: ask the host", input_schema_json=schema)
+    tool = hosted_tool_pb2.HostedToolDefinition(
+        name=name, description=f"{name}: ask the host", input_schema_json=schema
+    )
     if timeout is not None:
         tool.timeout.CopyFrom(duration_pb2.Duration(seconds=int(timeout), nanos=int(timeout % 1 * 1e9)))
     return tool
@@ -47,18 +50,18 @@ async def hosted_session(stub: Stub, *tools: Any) -> str:
 
 
 async def get_session(stub: Stub, sid: str) -> session_pb2.Session:
-    return (await stub.GetSession(api.GetSessionRequest(session_id=sid))).session
+    return (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session
 
 
 async def submit(stub: Stub, sid: str, call_id: str, **result: Any) -> list[Any]:
-    request = api.SubmitHostedToolResultRequest(session_id=sid, call_id=call_id, **result)
+    request = turn_api.SubmitHostedToolResultRequest(session_id=sid, call_id=call_id, **result)
     return [r.event async for r in stub.SubmitHostedToolResult(request)]
 
 
 async def watch_until_terminal(stub: Stub, sid: str, after: int) -> list[Any]:
     """Follows the session's log from `after` until a terminal run_finished."""
     events = []
-    call = stub.WatchSession(api.WatchSessionRequest(session_id=sid, after_sequence=after))
+    call = stub.WatchSession(turn_api.WatchSessionRequest(session_id=sid, after_sequence=after))
     async for response in call:
         events.append(response.event)
         event = response.event
@@ -166,7 +169,7 @@ async def test_submit_details_default_to_the_output(stub: Stub, fake_model: Fake
     await suspend_on_one_call(stub, fake_model, sid)
     events = await submit(stub, sid, "toolu_h1", output_json='{"temp": 21}')
     assert json.loads(events[0].tool_result.details_json) == {"temp": 21}
-    history = await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid))
+    history = await stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=sid))
     results = [e.tool_result for e in history.entries if e.WhichOneof("entry") == "tool_result"]
     assert [(r.call_id, r.is_error, r.output[0].text.text) for r in results] == [("toolu_h1", False, '{"temp": 21}')]
 
@@ -250,13 +253,15 @@ async def test_unknown_call_id_is_not_found(stub: Stub, fake_model: FakeAnthropi
     sid = await hosted_session(stub)
     await suspend_on_one_call(stub, fake_model, sid)
     error = await rpc_error(
-        stub.SubmitHostedToolResult(api.SubmitHostedToolResultRequest(session_id=sid, call_id="nope", error="x"))
+        stub.SubmitHostedToolResult(turn_api.SubmitHostedToolResultRequest(session_id=sid, call_id="nope", error="x"))
     )
     assert (error.code, error.reason) == (grpc.StatusCode.NOT_FOUND, "UNKNOWN_TOOL_CALL")
     # A call of another session is unknown too.
     other = await hosted_session(stub)
     error = await rpc_error(
-        stub.SubmitHostedToolResult(api.SubmitHostedToolResultRequest(session_id=other, call_id="toolu_h1", error="x"))
+        stub.SubmitHostedToolResult(
+            turn_api.SubmitHostedToolResultRequest(session_id=other, call_id="toolu_h1", error="x")
+        )
     )
     assert (error.code, error.reason) == (grpc.StatusCode.NOT_FOUND, "UNKNOWN_TOOL_CALL")
     assert list((await get_session(stub, sid)).pending_call_ids) == ["toolu_h1"]
@@ -281,7 +286,9 @@ async def test_duplicate_submit_replays_and_a_different_payload_is_refused(
     conflicting: list[dict[str, Any]] = [{"output_json": '{"temp": 22}'}, {"error": "nope"}]
     for result in conflicting:
         error = await rpc_error(
-            stub.SubmitHostedToolResult(api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_h1", **result))
+            stub.SubmitHostedToolResult(
+                turn_api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_h1", **result)
+            )
         )
         assert (error.code, error.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "TOOL_CALL_ALREADY_RESOLVED")
         assert error.metadata["resolved_by"] == "SUBMIT"
@@ -317,7 +324,7 @@ async def test_hosted_timeout_continues_the_run_detached(stub: Stub, fake_model:
     assert (block["tool_use_id"], block["content"], block["is_error"]) == ("toolu_slow", "hosted tool timed out", True)
     late = await rpc_error(
         stub.SubmitHostedToolResult(
-            api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_slow", output_json='"late"')
+            turn_api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_slow", output_json='"late"')
         )
     )
     assert (late.code, late.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "TOOL_CALL_ALREADY_RESOLVED")
@@ -351,7 +358,7 @@ async def test_hosted_definitions_are_validated(stub: Stub, tools: list[Any], fi
     assert error.code == grpc.StatusCode.INVALID_ARGUMENT
     assert error.field_violations[0][0] == field
     assert message in error.field_violations[0][1]
-    listed = await stub.ListSessions(api.ListSessionsRequest())
+    listed = await stub.ListSessions(session_api.ListSessionsRequest())
     assert list(listed.sessions) == []
 
 
@@ -377,7 +384,7 @@ async def test_suspended_run_needs_a_key_after_a_restart(
         assert before.state == session_pb2.SESSION_STATE_SUSPENDED
         error = await rpc_error(
             stub.SubmitHostedToolResult(
-                api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_h1", output_json='"21 C"')
+                turn_api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_h1", output_json='"21 C"')
             )
         )
         assert (error.code, error.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "NO_API_KEY")
@@ -388,7 +395,7 @@ async def test_suspended_run_needs_a_key_after_a_restart(
         assert len(fake_model.requests) == 1
 
         await stub.ResumeSession(
-            api.ResumeSessionRequest(
+            session_api.ResumeSessionRequest(
                 session_id=sid, overrides=session_pb2.SessionOverrides(api_key="sk-ant-resumed-key-2222")
             )
         )
@@ -444,7 +451,7 @@ async def test_submit_before_the_suspension_commit_waits_for_it(
             Reply(blocks=[hosted_use("toolu_h"), ToolUseBlock(id="toolu_r", name="exec", input={"command": waiting})]),
             TextReply("done"),
         )
-        turn = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("both")))
+        turn = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("both")))
         try:
             seen = []
             async for response in turn:

@@ -9,7 +9,9 @@ import grpc
 
 from general_agent.testing import FakeAnthropic, HangReply, TextReply
 from general_agent.v1 import agent_service_pb2 as api
+from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import session_pb2
+from general_agent.v1 import turn_pb2 as turn_api
 from tests.support.rpc import Stub, create_session, rpc_error, stream_turn, text_input
 
 # Where each RPC with a request_id is tested (file, test name): a new keyed RPC fails this list until it has one.
@@ -37,30 +39,32 @@ async def assert_reused(awaitable: object) -> None:
 
 
 async def get(stub: Stub, session_id: str) -> session_pb2.Session:
-    return (await stub.GetSession(api.GetSessionRequest(session_id=session_id))).session
+    return (await stub.GetSession(session_api.GetSessionRequest(session_id=session_id))).session
 
 
 async def test_delete_session_replays_its_first_answer(stub: Stub) -> None:
     sid = (await create_session(stub)).identity.session_id
-    request = api.DeleteSessionRequest(session_id=sid, request_id="del-1")
+    request = session_api.DeleteSessionRequest(session_id=sid, request_id="del-1")
     assert (await stub.DeleteSession(request)).deleted is True
     # The session is gone, yet the retry answers what the first call did.
     assert (await stub.DeleteSession(request)).deleted is True
-    assert (await stub.DeleteSession(api.DeleteSessionRequest(session_id=sid))).deleted is False
-    await assert_reused(stub.DeleteSession(api.DeleteSessionRequest(session_id="other", request_id="del-1")))
+    assert (await stub.DeleteSession(session_api.DeleteSessionRequest(session_id=sid))).deleted is False
+    await assert_reused(stub.DeleteSession(session_api.DeleteSessionRequest(session_id="other", request_id="del-1")))
 
 
 async def test_resume_session_applies_its_overrides_once(stub: Stub) -> None:
     sid = (await create_session(stub, system_prompt="first")).identity.session_id
-    request = api.ResumeSessionRequest(
+    request = session_api.ResumeSessionRequest(
         session_id=sid, overrides=session_pb2.SessionOverrides(system_prompt="second"), request_id="res-1"
     )
     assert (await stub.ResumeSession(request)).session.system_prompt == "second"
-    changed = api.ResumeSessionRequest(session_id=sid, overrides=session_pb2.SessionOverrides(system_prompt="third"))
+    changed = session_api.ResumeSessionRequest(
+        session_id=sid, overrides=session_pb2.SessionOverrides(system_prompt="third")
+    )
     await stub.ResumeSession(changed)
     replayed = await stub.ResumeSession(request)
     assert replayed.session.system_prompt == "third", "the retry does not apply its overrides again"
-    other = api.ResumeSessionRequest(
+    other = session_api.ResumeSessionRequest(
         session_id=sid, overrides=session_pb2.SessionOverrides(system_prompt="fourth"), request_id="res-1"
     )
     await assert_reused(stub.ResumeSession(other))
@@ -70,8 +74,8 @@ async def test_resume_session_applies_its_overrides_once(stub: Stub) -> None:
 async def test_continue_session_applies_its_identity_once(stub: Stub) -> None:
     sid = (await create_session(stub)).identity.session_id
 
-    def request(key: str, request_id: str = "cont-1") -> api.ContinueSessionRequest:
-        return api.ContinueSessionRequest(
+    def request(key: str, request_id: str = "cont-1") -> session_api.ContinueSessionRequest:
+        return session_api.ContinueSessionRequest(
             identity=session_pb2.SessionIdentity(session_id=sid, session_key=key), request_id=request_id
         )
 
@@ -84,18 +88,18 @@ async def test_continue_session_applies_its_identity_once(stub: Stub) -> None:
 async def test_reset_session_resets_once(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = (await create_session(stub)).identity.session_id
     await stream_turn(stub, sid, "before the reset")
-    request = api.ResetSessionRequest(session_id=sid, reason="manual", request_id="reset-1")
+    request = session_api.ResetSessionRequest(session_id=sid, reason="manual", request_id="reset-1")
     await stub.ResetSession(request)
     await stream_turn(stub, sid, "after the reset")
-    history_before = await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid))
+    history_before = await stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=sid))
     await stub.ResetSession(request)
-    history_after = await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid))
+    history_after = await stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=sid))
     assert history_after == history_before, "the retry did not reset again"
     fake_model.enqueue(TextReply("still here"))
     await stream_turn(stub, sid, "next")
     assert len(fake_model.requests[-1].messages) == 3, "the model history after the first reset is intact"
     await assert_reused(
-        stub.ResetSession(api.ResetSessionRequest(session_id=sid, reason="other", request_id="reset-1"))
+        stub.ResetSession(session_api.ResetSessionRequest(session_id=sid, reason="other", request_id="reset-1"))
     )
 
 
@@ -103,22 +107,22 @@ async def test_inject_message_is_injected_once(stub: Stub, fake_model: FakeAnthr
     sid = (await create_session(stub)).identity.session_id
     hang = HangReply(after_events=4, reply=TextReply("partial rest", chunks=["partial ", "rest"]))
     fake_model.enqueue(hang, TextReply("done"))
-    turn = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("long task")))
+    turn = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("long task")))
     async for response in turn:
         if response.event.WhichOneof("event") == "assistant_delta":
             run_id = response.event.run_id
             break
-    request = api.InjectMessageRequest(session_id=sid, input=text_input("also this"), request_id="inj-1")
+    request = turn_api.InjectMessageRequest(session_id=sid, input=text_input("also this"), request_id="inj-1")
     first = await stub.InjectMessage(request)
     again = await stub.InjectMessage(request)
     assert (first.accepted, first.run_id) == (True, run_id)
     assert (again.accepted, again.run_id) == (True, run_id)
     await assert_reused(
-        stub.InjectMessage(api.InjectMessageRequest(session_id=sid, input=text_input("else"), request_id="inj-1"))
+        stub.InjectMessage(turn_api.InjectMessageRequest(session_id=sid, input=text_input("else"), request_id="inj-1"))
     )
     hang.release()
     [r async for r in turn]
-    history = await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid))
+    history = await stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=sid))
     injected = [e for e in history.entries if e.WhichOneof("entry") == "message" and e.message.injected]
     assert len(injected) == 1
     delivered = [m for m in fake_model.requests[-1].messages if m["role"] == "user"]
@@ -129,11 +133,11 @@ async def test_an_inject_refused_on_an_idle_session_answers_the_same_later(
     stub: Stub, fake_model: FakeAnthropic
 ) -> None:
     sid = (await create_session(stub)).identity.session_id
-    request = api.InjectMessageRequest(session_id=sid, input=text_input("hello?"), request_id="inj-idle")
+    request = turn_api.InjectMessageRequest(session_id=sid, input=text_input("hello?"), request_id="inj-idle")
     assert (await stub.InjectMessage(request)).accepted is False
     hang = HangReply(after_events=4, reply=TextReply("partial rest", chunks=["partial ", "rest"]))
     fake_model.enqueue(hang)
-    turn = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("go")))
+    turn = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("go")))
     async for response in turn:
         if response.event.WhichOneof("event") == "assistant_delta":
             break

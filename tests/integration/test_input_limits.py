@@ -10,8 +10,13 @@ from typing import Any
 import grpc
 import pytest
 
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc, hook_pb2, session_pb2, tool_pb2
+from general_agent.v1 import (
+    agent_service_pb2_grpc,
+    hook_registration_pb2,
+    hosted_tool_pb2,
+    session_pb2,
+)
+from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent_server.app import RunningServer
 from tests.conftest import ServerFactory
 from tests.support.rpc import DecodedError, Stub, create_session, rpc_error
@@ -47,8 +52,10 @@ def assert_over(error: DecodedError, field: str, setting: str) -> None:
     assert f"over the limit of {LIMITS[setting]} ({setting})" in error.message
 
 
-def tool(name: str = "t", description: str = "", schema: dict[str, Any] | None = None) -> tool_pb2.HostedToolDefinition:
-    return tool_pb2.HostedToolDefinition(
+def tool(
+    name: str = "t", description: str = "", schema: dict[str, Any] | None = None
+) -> hosted_tool_pb2.HostedToolDefinition:
+    return hosted_tool_pb2.HostedToolDefinition(
         name=name, description=description, input_schema_json=json.dumps(schema or {"type": "object"})
     )
 
@@ -103,9 +110,9 @@ async def test_create_session_over_a_limit_is_refused_and_at_it_accepted(
 ) -> None:
     _, stub = limited
     assert_over(await rpc_error(create_session(stub, **over)), f"session.{field}", setting)
-    assert list((await stub.ListSessions(api.ListSessionsRequest())).sessions) == []
+    assert list((await stub.ListSessions(session_api.ListSessionsRequest())).sessions) == []
     session = await create_session(stub, **at)
-    assert (await stub.ListSessions(api.ListSessionsRequest())).sessions == [session]
+    assert (await stub.ListSessions(session_api.ListSessionsRequest())).sessions == [session]
 
 
 async def test_the_default_system_prompt_limit_is_256_kib(stub: Stub) -> None:
@@ -121,35 +128,41 @@ async def test_overrides_are_held_to_the_same_limits(limited: tuple[RunningServe
     session_id = (await create_session(stub, system_prompt="short")).identity.session_id
     too_long = session_pb2.SessionOverrides(system_prompt="p" * 1001)
     for call in (
-        stub.ResumeSession(api.ResumeSessionRequest(session_id=session_id, overrides=too_long)),
-        stub.ForkSession(api.ForkSessionRequest(source_session_id=session_id, overrides=too_long)),
+        stub.ResumeSession(session_api.ResumeSessionRequest(session_id=session_id, overrides=too_long)),
+        stub.ForkSession(session_api.ForkSessionRequest(source_session_id=session_id, overrides=too_long)),
         stub.ContinueSession(
-            api.ContinueSessionRequest(identity=session_pb2.SessionIdentity(session_id=session_id), overrides=too_long)
+            session_api.ContinueSessionRequest(
+                identity=session_pb2.SessionIdentity(session_id=session_id), overrides=too_long
+            )
         ),
     ):
         assert_over(await rpc_error(call), "overrides.system_prompt", "max_system_prompt_bytes")
-    fetched = await stub.GetSession(api.GetSessionRequest(session_id=session_id))
+    fetched = await stub.GetSession(session_api.GetSessionRequest(session_id=session_id))
     assert fetched.session.system_prompt == "short"
 
 
-def registration(plugin_id: str, session_id: str = "", **tls: str) -> hook_pb2.HookRegistration:
-    target = hook_pb2.HookTarget(address="127.0.0.1:1", tls=hook_pb2.HookTls(**tls) if tls else None)
-    out = hook_pb2.HookRegistration(plugin_id=plugin_id, target=target, session_id=session_id)
-    out.hooks.add(name=hook_pb2.HOOK_NAME_SESSION_START)
+def registration(plugin_id: str, session_id: str = "", **tls: str) -> hook_registration_pb2.HookRegistration:
+    target = hook_registration_pb2.HookTarget(
+        address="127.0.0.1:1", tls=hook_registration_pb2.HookTls(**tls) if tls else None
+    )
+    out = hook_registration_pb2.HookRegistration(plugin_id=plugin_id, target=target, session_id=session_id)
+    out.hooks.add(name=hook_registration_pb2.HOOK_NAME_SESSION_START)
     return out
 
 
 async def test_hook_registrations_per_scope_are_bounded(limited: tuple[RunningServer, Stub]) -> None:
     _, stub = limited
     for plugin in ("a", "b"):
-        await stub.RegisterHooks(api.RegisterHooksRequest(registration=registration(plugin)))
-    error = await rpc_error(stub.RegisterHooks(api.RegisterHooksRequest(registration=registration("c"))))
+        await stub.RegisterHooks(hook_registration_pb2.RegisterHooksRequest(registration=registration(plugin)))
+    error = await rpc_error(
+        stub.RegisterHooks(hook_registration_pb2.RegisterHooksRequest(registration=registration("c")))
+    )
     assert_over(error, "registration", "max_hook_registrations")
     # Replacing a registration by its plugin_id does not count twice; another scope has its own bound.
-    await stub.RegisterHooks(api.RegisterHooksRequest(registration=registration("b")))
+    await stub.RegisterHooks(hook_registration_pb2.RegisterHooksRequest(registration=registration("b")))
     session_id = (await create_session(stub)).identity.session_id
-    await stub.RegisterHooks(api.RegisterHooksRequest(registration=registration("c", session_id)))
-    listed = await stub.ListHookRegistrations(api.ListHookRegistrationsRequest())
+    await stub.RegisterHooks(hook_registration_pb2.RegisterHooksRequest(registration=registration("c", session_id)))
+    listed = await stub.ListHookRegistrations(hook_registration_pb2.ListHookRegistrationsRequest())
     assert sorted(r.plugin_id for r in listed.registrations) == ["a", "b"]
     error = await rpc_error(create_session(stub, hook_registrations=[registration(p) for p in "xyz"]))
     assert_over(error, "session.hook_registrations", "max_hook_registrations")
@@ -158,7 +171,7 @@ async def test_hook_registrations_per_scope_are_bounded(limited: tuple[RunningSe
 async def test_hook_tls_pems_are_bounded(limited: tuple[RunningServer, Stub]) -> None:
     _, stub = limited
     big = registration("tls", ca_cert_pem="c" * 101)
-    error = await rpc_error(stub.RegisterHooks(api.RegisterHooksRequest(registration=big)))
+    error = await rpc_error(stub.RegisterHooks(hook_registration_pb2.RegisterHooksRequest(registration=big)))
     assert error.reason == "INVALID_HOOK"
     assert error.field_violations[0][0] == "registration.target.tls.ca_cert_pem"
     assert error.metadata == {"limit": "max_hook_tls_pem_bytes", "value": "100"}

@@ -10,8 +10,9 @@ from pathlib import Path
 import grpc
 
 from general_agent.testing import FakeAnthropic, TextReply
-from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from tests.conftest import ServerFactory
 from tests.support.events import last_of
 from tests.support.rpc import create_session, rpc_error, stream_turn, text_input
@@ -36,13 +37,13 @@ async def test_a_second_replica_waits_for_the_lease(
         fake_model.enqueue(TextReply("from a"))
         assert last_of(await stream_turn(a, sid, "hi"), "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
 
-        busy = await rpc_error(b.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("me too"))))
+        busy = await rpc_error(b.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("me too"))))
         assert (busy.code, busy.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "SESSION_BUSY")
         assert busy.retry_delay is not None
         assert busy.retry_delay > 0
 
         # Reads that do not load the session still work on the other replica.
-        listed = await b.ListSessions(api.ListSessionsRequest())
+        listed = await b.ListSessions(session_api.ListSessionsRequest())
         assert [s.identity.session_id for s in listed.sessions] == [sid]
 
         await first.stop(grace=1.0)  # releases its leases

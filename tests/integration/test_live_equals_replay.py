@@ -8,8 +8,9 @@ import asyncio
 from typing import Any
 
 from general_agent.testing import FakeAnthropic, Reply, TextBlock, ThinkingBlock, text_deltas
-from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import event_pb2, session_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from tests.support.events import last_of
 from tests.support.rpc import Stub, create_session, stream_turn
 
@@ -24,7 +25,7 @@ def wire(events: list[Any]) -> list[bytes]:
 async def watch_until_finished(stub: Stub, session_id: str) -> list[Any]:
     """A WatchSession follower from the start of an empty session: what the log does not have yet when it
     attaches arrives live."""
-    call = stub.WatchSession(api.WatchSessionRequest(session_id=session_id, after_sequence=0))
+    call = stub.WatchSession(turn_api.WatchSessionRequest(session_id=session_id, after_sequence=0))
     out: list[Any] = []
     async for response in call:
         out.append(response.event)
@@ -35,7 +36,7 @@ async def watch_until_finished(stub: Stub, session_id: str) -> list[Any]:
 
 
 async def replay(stub: Stub, session_id: str, last_sequence: int) -> list[Any]:
-    call = stub.WatchSession(api.WatchSessionRequest(session_id=session_id, after_sequence=0))
+    call = stub.WatchSession(turn_api.WatchSessionRequest(session_id=session_id, after_sequence=0))
     out: list[Any] = []
     async for response in call:
         out.append(response.event)
@@ -50,7 +51,7 @@ async def one_session(stub: Stub, index: int) -> tuple[list[Any], list[Any], lis
     watcher = asyncio.create_task(watch_until_finished(stub, session_id))
     live = await stream_turn(stub, session_id, f"stream {index}")
     watched = await watcher
-    session = (await stub.GetSession(api.GetSessionRequest(session_id=session_id))).session
+    session = (await stub.GetSession(session_api.GetSessionRequest(session_id=session_id))).session
     assert session.state == session_pb2.SESSION_STATE_IDLE
     return live, watched, await replay(stub, session_id, session.last_sequence)
 

@@ -8,8 +8,8 @@ import grpc
 from google.rpc import error_details_pb2
 
 from general_agent.testing import CutStreamReply, FakeAnthropic, HangReply, StreamErrorReply, TextReply
-from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import event_pb2, session_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, text_of
 from tests.support.rpc import Stub, connect, create_session, stream_turn
@@ -22,7 +22,7 @@ def error_info(status: object) -> error_details_pb2.ErrorInfo:
 
 
 async def transcript(stub: Stub, session_id: str) -> list[tuple[str, str, bool]]:
-    history = await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=session_id))
+    history = await stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=session_id))
     out = []
     for entry in history.entries:
         if entry.WhichOneof("entry") == "assistant":
@@ -80,7 +80,7 @@ async def test_a_broken_stream_is_retried_under_the_retry_budget(
         assert last_of(events, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
         assert text_of(events) == "lost the answer"  # what streamed, abandoned attempt included
         assert len(fake_model.requests) == 3
-        session = (await stub.GetSession(api.GetSessionRequest(session_id=sid))).session
+        session = (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session
         assert session.state == session_pb2.SESSION_STATE_IDLE
         assert await transcript(stub, sid) == [("assistant", "lost ", True), ("assistant", "the answer", False)]
         fake_model.enqueue(TextReply("next"))

@@ -12,8 +12,16 @@ import grpc
 import pytest
 from google.protobuf import duration_pb2, json_format, struct_pb2
 
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc, hook_pb2, hook_service_pb2, hook_service_pb2_grpc
+from general_agent.v1 import (
+    agent_service_pb2_grpc,
+    hook_pb2,
+    hook_registration_pb2,
+    hook_service_pb2,
+    hook_service_pb2_grpc,
+    hosted_tool_pb2,
+)
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
 from tests.conftest import ServerFactory
 from tests.support.rpc import Stub, create_session, rpc_error
@@ -59,7 +67,9 @@ async def serve_and_register(stub: Stub, hosts: list[grpc.aio.Server], host: Any
     """Serves `host` on port 0 and registers it for the given hooks."""
     server, address = await serve(host)
     hosts.append(server)
-    await stub.RegisterHooks(api.RegisterHooksRequest(registration=registration(plugin, address, *names)))
+    await stub.RegisterHooks(
+        hook_registration_pb2.RegisterHooksRequest(registration=registration(plugin, address, *names))
+    )
 
 
 # Hook hosts listen on loopback, which the SSRF guard refuses unless allow-listed.
@@ -80,12 +90,12 @@ async def hosts() -> AsyncIterator[list[grpc.aio.Server]]:
 
 
 def registration(plugin: str, address: str, *names: str, priority: int = 0, timeout: float = 2.0) -> Any:
-    return hook_pb2.HookRegistration(
+    return hook_registration_pb2.HookRegistration(
         plugin_id=plugin,
-        target=hook_pb2.HookTarget(address=address),
+        target=hook_registration_pb2.HookTarget(address=address),
         hooks=[
-            hook_pb2.HookBinding(
-                name=hook_pb2.HookName.Value(f"HOOK_NAME_{n.upper()}"),
+            hook_registration_pb2.HookBinding(
+                name=hook_registration_pb2.HookName.Value(f"HOOK_NAME_{n.upper()}"),
                 priority=priority,
                 timeout=duration_pb2.Duration(seconds=int(timeout), nanos=int((timeout % 1) * 1e9)),
             )
@@ -100,9 +110,9 @@ def struct(value: dict[str, Any]) -> struct_pb2.Struct:
     return out
 
 
-async def emit(stub: Stub, hook: str, event: dict[str, Any], **kwargs: Any) -> api.EmitHookResponse:
-    response: api.EmitHookResponse = await stub.EmitHook(
-        api.EmitHookRequest(hook_name=hook, event=struct(event), **kwargs)
+async def emit(stub: Stub, hook: str, event: dict[str, Any], **kwargs: Any) -> hook_registration_pb2.EmitHookResponse:
+    response: hook_registration_pb2.EmitHookResponse = await stub.EmitHook(
+        hook_registration_pb2.EmitHookRequest(hook_name=hook, event=struct(event), **kwargs)
     )
     return response
 
@@ -114,16 +124,18 @@ async def test_emit_merges_remote_results_by_priority(stub: Stub, hosts: list[gr
         server, address = await serve(host)
         hosts.append(server)
         await stub.RegisterHooks(
-            api.RegisterHooksRequest(registration=registration(plugin, address, "message_sending", priority=priority))
+            hook_registration_pb2.RegisterHooksRequest(
+                registration=registration(plugin, address, "message_sending", priority=priority)
+            )
         )
     response = await emit(stub, "message_sending", {"to": "chan", "content": "hello"})
     assert json_format.MessageToDict(response.result) == {"content": "second", "cancel": True}
     assert response.handler_count == 2  # cancel is sticky and stops the chain
     assert first.seen == ["message_sending:hello:a"]
     assert third.seen == []
-    listed = await stub.ListHookRegistrations(api.ListHookRegistrationsRequest())
+    listed = await stub.ListHookRegistrations(hook_registration_pb2.ListHookRegistrationsRequest())
     assert sorted(r.plugin_id for r in listed.registrations) == ["a", "b", "c"]
-    assert (await stub.UnregisterHooks(api.UnregisterHooksRequest(plugin_id="b"))).removed is True
+    assert (await stub.UnregisterHooks(hook_registration_pb2.UnregisterHooksRequest(plugin_id="b"))).removed is True
     response = await emit(stub, "message_sending", {"to": "chan", "content": "hello"})
     assert json_format.MessageToDict(response.result) == {"content": "third"}
 
@@ -134,13 +146,17 @@ async def test_unimplemented_is_no_opinion_and_a_down_host_fails_before_tool_cal
     host = Host("x")
     server, address = await serve(host)
     hosts.append(server)
-    await stub.RegisterHooks(api.RegisterHooksRequest(registration=registration("p", address, "before_prompt_build")))
+    await stub.RegisterHooks(
+        hook_registration_pb2.RegisterHooksRequest(registration=registration("p", address, "before_prompt_build"))
+    )
     response = await emit(stub, "before_prompt_build", {"prompt": "hi"})
     assert not response.HasField("result")
     assert response.handler_count == 1
     assert list(response.handler_errors) == []
     await stub.RegisterHooks(
-        api.RegisterHooksRequest(registration=registration("down", "127.0.0.1:1", "before_tool_call", timeout=1.0))
+        hook_registration_pb2.RegisterHooksRequest(
+            registration=registration("down", "127.0.0.1:1", "before_tool_call", timeout=1.0)
+        )
     )
     blocked = await emit(stub, "before_tool_call", {"toolName": "write", "params": {"path": "a"}})
     result = json_format.MessageToDict(blocked.result)
@@ -148,25 +164,35 @@ async def test_unimplemented_is_no_opinion_and_a_down_host_fails_before_tool_cal
     assert "down" in result["blockReason"]
     assert [e.plugin_id for e in blocked.handler_errors] == ["down"]
     await stub.RegisterHooks(
-        api.RegisterHooksRequest(registration=registration("down2", "127.0.0.1:1", "message_sending", timeout=1.0))
+        hook_registration_pb2.RegisterHooksRequest(
+            registration=registration("down2", "127.0.0.1:1", "message_sending", timeout=1.0)
+        )
     )
     opened = await emit(stub, "message_sending", {"to": "x", "content": "y"})
     assert not opened.HasField("result")  # every other hook fails open
 
 
 async def test_invalid_hooks_are_rejected(stub: Stub) -> None:
-    error = await rpc_error(stub.EmitHook(api.EmitHookRequest(hook_name="not_a_hook")))
+    error = await rpc_error(stub.EmitHook(hook_registration_pb2.EmitHookRequest(hook_name="not_a_hook")))
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_HOOK")
     error = await rpc_error(
-        stub.RegisterHooks(api.RegisterHooksRequest(registration=registration("p", "no-port", "message_sending")))
+        stub.RegisterHooks(
+            hook_registration_pb2.RegisterHooksRequest(registration=registration("p", "no-port", "message_sending"))
+        )
     )
     assert (error.reason, error.field_violations[0][0]) == ("INVALID_HOOK", "registration.target.address")
-    error = await rpc_error(stub.RegisterHooks(api.RegisterHooksRequest(registration=registration("p", "h:1"))))
+    error = await rpc_error(
+        stub.RegisterHooks(hook_registration_pb2.RegisterHooksRequest(registration=registration("p", "h:1")))
+    )
     assert error.field_violations[0][0] == "registration.hooks"
-    error = await rpc_error(stub.EmitHook(api.EmitHookRequest(hook_name="message_sending", session_id="missing")))
+    error = await rpc_error(
+        stub.EmitHook(hook_registration_pb2.EmitHookRequest(hook_name="message_sending", session_id="missing"))
+    )
     assert error.reason == "SESSION_NOT_FOUND"
     session = await create_session(stub)
-    ok = await stub.EmitHook(api.EmitHookRequest(hook_name="gateway_start", session_id=session.identity.session_id))
+    ok = await stub.EmitHook(
+        hook_registration_pb2.EmitHookRequest(hook_name="gateway_start", session_id=session.identity.session_id)
+    )
     assert ok.handler_count == 0
 
 
@@ -181,7 +207,7 @@ async def test_registrations_survive_a_restart(
     async with grpc.aio.insecure_channel(first.address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         await stub.RegisterHooks(
-            api.RegisterHooksRequest(registration=registration("keep", address, "message_sending"))
+            hook_registration_pb2.RegisterHooksRequest(registration=registration("keep", address, "message_sending"))
         )
     await first.stop(grace=1.0)
     second = await server_factory(ALLOW_LOOPBACK, state_dir=state)
@@ -189,7 +215,7 @@ async def test_registrations_survive_a_restart(
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         response = await emit(stub, "message_sending", {"to": "x", "content": "y"})
         assert json_format.MessageToDict(response.result) == {"content": "persisted"}
-        listed = await stub.ListHookRegistrations(api.ListHookRegistrationsRequest())
+        listed = await stub.ListHookRegistrations(hook_registration_pb2.ListHookRegistrationsRequest())
         assert [r.plugin_id for r in listed.registrations] == ["keep"]
         assert listed.registrations[0].tenant == "default"
 
@@ -242,7 +268,7 @@ async def test_prompt_hooks_shape_what_the_model_receives(
     fake_model.enqueue(TextReply("ok"))
     from tests.support.rpc import text_input
 
-    request_message = api.StreamTurnRequest(
+    request_message = turn_api.StreamTurnRequest(
         session_id=session.identity.session_id, input=text_input("What should I drink?")
     )
     [r async for r in stub.StreamTurn(request_message, metadata=(("x-request-id", "trace-4711"),))]
@@ -254,7 +280,7 @@ async def test_prompt_hooks_shape_what_the_model_receives(
     assert request.messages[0]["content"][0]["text"] == "Remember: the user likes tea.\n\nWhat should I drink?"
     assert host.order == ["before_model_resolve", "before_prompt_build:What should I drink?"]
     # The transcript keeps the user's original words.
-    history = await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=session.identity.session_id))
+    history = await stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=session.identity.session_id))
     assert history.entries[1].message.content[0].text.text == "What should I drink?"
 
 
@@ -304,20 +330,19 @@ async def test_prompt_hook_decisions_hold_across_a_hosted_suspension(
     stub: Stub, fake_model: Any, hosts: list[grpc.aio.Server]
 ) -> None:
     from general_agent.testing import Reply, TextReply, ToolUseBlock
-    from general_agent.v1 import tool_pb2
     from tests.support.rpc import stream_turn
 
     host = PromptHost()
     await serve_and_register(stub, hosts, host, "prompt", "before_model_resolve", "before_prompt_build")
     session = await create_session(
-        stub, system_prompt="Base.", hosted_tools=[tool_pb2.HostedToolDefinition(name="lookup")]
+        stub, system_prompt="Base.", hosted_tools=[hosted_tool_pb2.HostedToolDefinition(name="lookup")]
     )
     sid = session.identity.session_id
     fake_model.enqueue(
         Reply(blocks=[ToolUseBlock(id="h1", name="lookup", input={})], stop_reason="tool_use"), TextReply("done")
     )
     await stream_turn(stub, sid, "look")
-    request = api.SubmitHostedToolResultRequest(session_id=sid, call_id="h1", output_json='"found"')
+    request = turn_api.SubmitHostedToolResultRequest(session_id=sid, call_id="h1", output_json='"found"')
     [r async for r in stub.SubmitHostedToolResult(request)]
     first, second = fake_model.requests[-2], fake_model.requests[-1]
     assert first.model == second.model == "claude-opus-4-6"
@@ -330,13 +355,13 @@ async def test_a_blocked_hosted_call_is_a_tool_error_without_suspension(
     stub: Stub, fake_model: Any, hosts: list[grpc.aio.Server]
 ) -> None:
     from general_agent.testing import Reply, TextReply, ToolUseBlock
-    from general_agent.v1 import event_pb2, tool_pb2
+    from general_agent.v1 import event_pb2
     from tests.support.events import kinds, last_of
     from tests.support.rpc import stream_turn
 
     host = PromptHost(block_tools=frozenset({"lookup"}))
     await serve_and_register(stub, hosts, host, "guard", "before_tool_call")
-    lookup = tool_pb2.HostedToolDefinition(
+    lookup = hosted_tool_pb2.HostedToolDefinition(
         name="lookup", description="Ask the host", input_schema_json='{"type":"object","properties":{}}'
     )
     session = await create_session(stub, hosted_tools=[lookup])

@@ -19,8 +19,10 @@ from google.rpc import error_details_pb2, status_pb2
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import content_pb2, hook_pb2, session_pb2, tool_pb2
+from general_agent.v1 import content_pb2, hook_pb2, hook_registration_pb2, hosted_tool_pb2, session_pb2
+from general_agent.v1 import run_session_pb2 as run_session_api
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
 from general_agent_server.hooks.runner import HOOK_NAMES
 from tests.support.proto_fuzz import NASTY_STRINGS, SERVICE, callable_for, messages
@@ -57,13 +59,13 @@ def requests_for(method: str) -> st.SearchStrategy[Any]:
     requests = messages(descriptor.input_type, strings)
     if not descriptor.client_streaming:
         return requests
-    attach = messages(api.RunSessionAttach.DESCRIPTOR, strings).map(_with_attach)
+    attach = messages(run_session_api.RunSessionAttach.DESCRIPTOR, strings).map(_with_attach)
     later = st.lists(requests, max_size=3)
     return st.one_of(later, st.tuples(attach, later).map(lambda pair: [pair[0], *pair[1]]))
 
 
-def _with_attach(attach: Any) -> api.RunSessionRequest:
-    return api.RunSessionRequest(attach=attach)
+def _with_attach(attach: Any) -> run_session_api.RunSessionRequest:
+    return run_session_api.RunSessionRequest(attach=attach)
 
 
 def nan_struct() -> struct_pb2.Struct:
@@ -76,44 +78,54 @@ DEEP = "[" * 50_000 + "]" * 50_000
 INF = struct_pb2.Value(number_value=math.inf)
 EXAMPLES: dict[str, list[Any]] = {
     "CreateSession": [
-        api.CreateSessionRequest(session=session_pb2.Session(labels={"A" * 10_000: "v"})),
-        api.CreateSessionRequest(
-            session=session_pb2.Session(hosted_tools=[tool_pb2.HostedToolDefinition(name="t", input_schema_json=DEEP)])
+        session_api.CreateSessionRequest(session=session_pb2.Session(labels={"A" * 10_000: "v"})),
+        session_api.CreateSessionRequest(
+            session=session_pb2.Session(
+                hosted_tools=[hosted_tool_pb2.HostedToolDefinition(name="t", input_schema_json=DEEP)]
+            )
         ),
-        api.CreateSessionRequest(
+        session_api.CreateSessionRequest(
             session=session_pb2.Session(limits=session_pb2.SessionLimits(max_model_calls_per_run=-1))
         ),
-        api.CreateSessionRequest(session=session_pb2.Session(state=99)),  # type: ignore[arg-type]
+        session_api.CreateSessionRequest(session=session_pb2.Session(state=99)),  # type: ignore[arg-type]
     ],
     "SubmitHostedToolResult": [
-        api.SubmitHostedToolResultRequest(session_id=SEED, call_id="c", output=INF),
-        api.SubmitHostedToolResultRequest(session_id=SEED, call_id="c", output_json=DEEP),
-        api.SubmitHostedToolResultRequest(session_id=SEED, call_id="c", output_json="1", on_disconnect=99),  # type: ignore[arg-type]
+        turn_api.SubmitHostedToolResultRequest(session_id=SEED, call_id="c", output=INF),
+        turn_api.SubmitHostedToolResultRequest(session_id=SEED, call_id="c", output_json=DEEP),
+        turn_api.SubmitHostedToolResultRequest(session_id=SEED, call_id="c", output_json="1", on_disconnect=99),  # type: ignore[arg-type]
     ],
     "EmitHook": [
-        api.EmitHookRequest(hook_name="session_start", event=nan_struct()),
-        api.EmitHookRequest(hook_name="session_start", context=hook_pb2.HookContext(extra=nan_struct())),
+        hook_registration_pb2.EmitHookRequest(hook_name="session_start", event=nan_struct()),
+        hook_registration_pb2.EmitHookRequest(
+            hook_name="session_start", context=hook_pb2.HookContext(extra=nan_struct())
+        ),
     ],
     "RegisterHooks": [
-        api.RegisterHooksRequest(
-            registration=hook_pb2.HookRegistration(
+        hook_registration_pb2.RegisterHooksRequest(
+            registration=hook_registration_pb2.HookRegistration(
                 plugin_id="p",
-                target=hook_pb2.HookTarget(address="127.0.0.1:1"),
-                hooks=[hook_pb2.HookBinding(name=99)],  # type: ignore[arg-type]
+                target=hook_registration_pb2.HookTarget(address="127.0.0.1:1"),
+                hooks=[hook_registration_pb2.HookBinding(name=99)],  # type: ignore[arg-type]
             )
         ),
     ],
-    "ForkSession": [api.ForkSessionRequest(source_session_id=SEED, at_sequence=-1)],
-    "ListSessions": [api.ListSessionsRequest(page_token="zz"), api.ListSessionsRequest(page_size=-1)],
+    "ForkSession": [session_api.ForkSessionRequest(source_session_id=SEED, at_sequence=-1)],
+    "ListSessions": [session_api.ListSessionsRequest(page_token="zz"), session_api.ListSessionsRequest(page_size=-1)],
     "StreamTurn": [
-        api.StreamTurnRequest(session_id=SEED, input=[content_pb2.ContentPart(text=content_pb2.TextPart(text="hi"))]),
+        turn_api.StreamTurnRequest(
+            session_id=SEED, input=[content_pb2.ContentPart(text=content_pb2.TextPart(text="hi"))]
+        ),
     ],
     "RunSession": [
         [
-            api.RunSessionRequest(attach=api.RunSessionAttach(session_id=SEED)),
-            api.RunSessionRequest(hosted_result=api.RunSessionHostedResult(call_id="c", output_json=DEEP)),
-            api.RunSessionRequest(
-                turn=api.RunSessionTurn(input=[content_pb2.ContentPart(text=content_pb2.TextPart(text="hi"))])
+            run_session_api.RunSessionRequest(attach=run_session_api.RunSessionAttach(session_id=SEED)),
+            run_session_api.RunSessionRequest(
+                hosted_result=run_session_api.RunSessionHostedResult(call_id="c", output_json=DEEP)
+            ),
+            run_session_api.RunSessionRequest(
+                turn=run_session_api.RunSessionTurn(
+                    input=[content_pb2.ContentPart(text=content_pb2.TextPart(text="hi"))]
+                )
             ),
         ],
     ],
@@ -149,7 +161,7 @@ def exercise(channel: grpc.Channel, method: str, request: Any) -> None:
     try:
         if descriptor.server_streaming:
             for response in multi(iter(request) if descriptor.client_streaming else request, timeout=timeout):
-                if isinstance(response, api.RunSessionResponse) and response.HasField("command_result"):
+                if isinstance(response, run_session_api.RunSessionResponse) and response.HasField("command_result"):
                     status = response.command_result.status
                     check_status(status.code, status.message, status_fields(status), f"{method} command_result")
         else:
@@ -164,7 +176,7 @@ def exercise(channel: grpc.Channel, method: str, request: Any) -> None:
 def _seed(channel: grpc.Channel) -> None:
     """The session requests address (DeleteSession may have removed it)."""
     create = callable_for(channel, SERVICE.methods_by_name["CreateSession"])
-    request = api.CreateSessionRequest(
+    request = session_api.CreateSessionRequest(
         session=session_pb2.Session(identity=session_pb2.SessionIdentity(session_id=SEED))
     )
     try:

@@ -12,8 +12,9 @@ import grpc
 import pytest
 
 from general_agent.testing import FakeAnthropic, HangReply, Reply, TextBlock, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2, tool_pb2
+from general_agent.v1 import agent_service_pb2_grpc, event_pb2, hosted_tool_pb2, session_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
 from general_agent_server.domain.events import RunFinished
 from general_agent_server.domain.transcript import MessageEntry
@@ -22,7 +23,7 @@ from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, sequences, text_of
 from tests.support.rpc import Stub, create_session, events_after, rpc_error, stream_turn, text_input
 
-LOOKUP = tool_pb2.HostedToolDefinition(
+LOOKUP = hosted_tool_pb2.HostedToolDefinition(
     name="lookup",
     description="Ask the host",
     input_schema_json='{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}',
@@ -34,12 +35,12 @@ def hang() -> HangReply:
     return HangReply(after_events=4, reply=TextReply("partial rest", chunks=["partial ", "rest"]))
 
 
-def options(policy: int) -> api.TurnOptions:
-    return api.TurnOptions(busy_policy=policy)  # type: ignore[arg-type]
+def options(policy: int) -> turn_api.TurnOptions:
+    return turn_api.TurnOptions(busy_policy=policy)  # type: ignore[arg-type]
 
 
-def start_turn(stub: Stub, sid: str, text: str, policy: int = api.BUSY_POLICY_UNSPECIFIED) -> Any:
-    return stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input(text), options=options(policy)))
+def start_turn(stub: Stub, sid: str, text: str, policy: int = turn_api.BUSY_POLICY_UNSPECIFIED) -> Any:
+    return stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input(text), options=options(policy)))
 
 
 async def read_until(call: Any, kind: str) -> list[Any]:
@@ -66,11 +67,11 @@ async def wait_until(condition: Callable[[], Any], what: str) -> None:
 
 
 async def get_session(stub: Stub, sid: str) -> session_pb2.Session:
-    return (await stub.GetSession(api.GetSessionRequest(session_id=sid))).session
+    return (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session
 
 
 async def transcript(stub: Stub, sid: str) -> list[Any]:
-    return list((await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid))).entries)
+    return list((await stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=sid))).entries)
 
 
 async def user_messages(stub: Stub, sid: str) -> list[tuple[str, bool]]:
@@ -83,7 +84,7 @@ async def user_messages(stub: Stub, sid: str) -> list[tuple[str, bool]]:
 
 async def watch_until_terminal(stub: Stub, sid: str, after: int) -> list[Any]:
     events = []
-    call = stub.WatchSession(api.WatchSessionRequest(session_id=sid, after_sequence=after))
+    call = stub.WatchSession(turn_api.WatchSessionRequest(session_id=sid, after_sequence=after))
     async for response in call:
         events.append(response.event)
         event = response.event
@@ -134,7 +135,7 @@ async def test_request_stop_during_a_model_call_is_sticky_until_cleared(stub: St
     fake_model.enqueue(hang())
     call = start_turn(stub, sid, "long task")
     seen = await read_until(call, "assistant_delta")
-    stop = await stub.RequestStop(api.RequestStopRequest(session_id=sid))
+    stop = await stub.RequestStop(turn_api.RequestStopRequest(session_id=sid))
     assert stop.run_id == seen[0].run_id
     events = seen + await drain(call)
     assert kinds(events) == ["run_started", "assistant_delta", "turn_complete", "run_finished"]
@@ -157,8 +158,8 @@ async def test_request_stop_during_a_model_call_is_sticky_until_cleared(stub: St
     assert len(fake_model.requests) == 1
     assert await user_messages(stub, sid) == [("long task", False), ("ignored while stopped", False)]
 
-    assert (await stub.ClearStop(api.ClearStopRequest(session_id=sid))).was_set is True
-    assert (await stub.ClearStop(api.ClearStopRequest(session_id=sid))).was_set is False
+    assert (await stub.ClearStop(turn_api.ClearStopRequest(session_id=sid))).was_set is True
+    assert (await stub.ClearStop(turn_api.ClearStopRequest(session_id=sid))).was_set is False
     assert (await get_session(stub, sid)).stop_requested is False
     fake_model.enqueue(TextReply("back"))
     events = await stream_turn(stub, sid, "after clear")
@@ -181,14 +182,14 @@ async def test_request_stop_during_a_model_call_is_sticky_until_cleared(stub: St
 async def test_request_stop_on_an_idle_session_only_sets_the_flag(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = (await create_session(stub)).identity.session_id
     before = await get_session(stub, sid)
-    assert (await stub.RequestStop(api.RequestStopRequest(session_id=sid))).run_id == ""
+    assert (await stub.RequestStop(turn_api.RequestStopRequest(session_id=sid))).run_id == ""
     after = await get_session(stub, sid)
     assert (after.stop_requested, after.last_sequence) == (True, before.last_sequence)
 
 
 async def test_request_stop_while_suspended_resolves_the_pending_calls(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid, suspended = await suspended_session(stub, fake_model)
-    stop = await stub.RequestStop(api.RequestStopRequest(session_id=sid))
+    stop = await stub.RequestStop(turn_api.RequestStopRequest(session_id=sid))
     assert stop.run_id == suspended[0].run_id
     log = await watch_until_terminal(stub, sid, suspended[-1].sequence)
     assert kinds(log) == ["tool_error", "turn_complete", "run_finished"]
@@ -202,11 +203,13 @@ async def test_request_stop_while_suspended_resolves_the_pending_calls(stub: Stu
         True,
     )
     late = await rpc_error(
-        stub.SubmitHostedToolResult(api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_h", error="x"))
+        stub.SubmitHostedToolResult(
+            turn_api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_h", error="x")
+        )
     )
     assert (late.reason, late.metadata["resolved_by"]) == ("TOOL_CALL_ALREADY_RESOLVED", "STOP")
 
-    await stub.ClearStop(api.ClearStopRequest(session_id=sid))
+    await stub.ClearStop(turn_api.ClearStopRequest(session_id=sid))
     fake_model.enqueue(TextReply("fine"))
     events = await stream_turn(stub, sid, "next")
     assert outcome(events) == COMPLETED
@@ -225,7 +228,7 @@ async def test_cancel_run_during_a_model_call_is_not_sticky(stub: Stub, fake_mod
     call = start_turn(stub, sid, "long task")
     seen = await read_until(call, "assistant_delta")
     run_id = seen[0].run_id
-    cancelled = await stub.CancelRun(api.CancelRunRequest(session_id=sid, run_id=run_id))
+    cancelled = await stub.CancelRun(turn_api.CancelRunRequest(session_id=sid, run_id=run_id))
     assert (cancelled.cancelled, cancelled.run_id) == (True, run_id)
     events = seen + await drain(call)
     assert kinds(events) == ["run_started", "assistant_delta", "turn_complete", "run_finished"]
@@ -240,19 +243,19 @@ async def test_cancel_run_during_a_model_call_is_not_sticky(stub: Stub, fake_mod
 
 async def test_cancel_run_of_a_run_that_is_not_active(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = (await create_session(stub)).identity.session_id
-    idle = await stub.CancelRun(api.CancelRunRequest(session_id=sid))
+    idle = await stub.CancelRun(turn_api.CancelRunRequest(session_id=sid))
     assert (idle.cancelled, idle.run_id) == (False, "")
     reply = hang()
     fake_model.enqueue(reply)
     call = start_turn(stub, sid, "long task")
     seen = await read_until(call, "assistant_delta")
-    other = await stub.CancelRun(api.CancelRunRequest(session_id=sid, run_id="some-other-run"))
+    other = await stub.CancelRun(turn_api.CancelRunRequest(session_id=sid, run_id="some-other-run"))
     assert (other.cancelled, other.run_id) == (False, "")
     reply.release()
     events = seen + await drain(call)
     assert outcome(events) == COMPLETED
     assert text_of(events) == "partial rest"
-    finished = await stub.CancelRun(api.CancelRunRequest(session_id=sid, run_id=seen[0].run_id))
+    finished = await stub.CancelRun(turn_api.CancelRunRequest(session_id=sid, run_id=seen[0].run_id))
     assert finished.cancelled is False
 
 
@@ -264,7 +267,7 @@ async def test_inject_on_an_idle_session_is_not_accepted(stub: Stub, fake_model:
     await stream_turn(stub, sid, "hello")
     before = await get_session(stub, sid)
     entries = await transcript(stub, sid)
-    response = await stub.InjectMessage(api.InjectMessageRequest(session_id=sid, input=text_input("late")))
+    response = await stub.InjectMessage(turn_api.InjectMessageRequest(session_id=sid, input=text_input("late")))
     assert (response.accepted, response.run_id) == (False, "")
     after = await get_session(stub, sid)
     assert (after.last_sequence, after.history_message_count) == (before.last_sequence, before.history_message_count)
@@ -277,7 +280,7 @@ async def test_inject_while_running_makes_one_more_model_call(stub: Stub, fake_m
     fake_model.enqueue(reply, TextReply("Also mentioning X."))
     call = start_turn(stub, sid, "long task")
     seen = await read_until(call, "assistant_delta")
-    response = await stub.InjectMessage(api.InjectMessageRequest(session_id=sid, input=text_input("mention X")))
+    response = await stub.InjectMessage(turn_api.InjectMessageRequest(session_id=sid, input=text_input("mention X")))
     assert (response.accepted, response.run_id) == (True, seen[0].run_id)
     assert await user_messages(stub, sid) == [("long task", False), ("mention X", True)]
     reply.release()
@@ -310,10 +313,10 @@ async def test_inject_while_running_makes_one_more_model_call(stub: Stub, fake_m
 
 async def test_inject_while_suspended_follows_the_tool_results(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid, suspended = await suspended_session(stub, fake_model)
-    response = await stub.InjectMessage(api.InjectMessageRequest(session_id=sid, input=text_input("be quick")))
+    response = await stub.InjectMessage(turn_api.InjectMessageRequest(session_id=sid, input=text_input("be quick")))
     assert (response.accepted, response.run_id) == (True, suspended[0].run_id)
     fake_model.enqueue(TextReply("Quick answer."))
-    request = api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_h", output_json='"42"')
+    request = turn_api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_h", output_json='"42"')
     events = [r.event async for r in stub.SubmitHostedToolResult(request)]
     assert kinds(events) == [
         "tool_result",
@@ -336,7 +339,7 @@ async def test_inject_while_suspended_follows_the_tool_results(stub: Stub, fake_
 async def test_reject_is_the_default_while_running_and_suspended(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid, suspended = await suspended_session(stub, fake_model)
     before = await get_session(stub, sid)
-    for policy in (api.BUSY_POLICY_UNSPECIFIED, api.BUSY_POLICY_REJECT):
+    for policy in (turn_api.BUSY_POLICY_UNSPECIFIED, turn_api.BUSY_POLICY_REJECT):
         error = await rpc_error(start_turn(stub, sid, "me too", policy))
         assert (error.code, error.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "SESSION_BUSY")
         assert error.metadata == {"active_run_id": suspended[0].run_id, "state": "SUSPENDED"}
@@ -351,7 +354,7 @@ async def test_enqueue_waits_for_the_running_turn(stub: Stub, server: RunningSer
     fake_model.enqueue(reply, TextReply("second answer"))
     first = start_turn(stub, sid, "first")
     seen = await read_until(first, "assistant_delta")
-    second = asyncio.create_task(drain(start_turn(stub, sid, "second", api.BUSY_POLICY_ENQUEUE)))
+    second = asyncio.create_task(drain(start_turn(stub, sid, "second", turn_api.BUSY_POLICY_ENQUEUE)))
     await wait_until(lambda: queued(server, sid) == 1, "the second turn is queued")
     # Nothing is written for a queued turn.
     assert await user_messages(stub, sid) == [("first", False)]
@@ -372,7 +375,7 @@ async def test_enqueue_waits_for_the_running_turn(stub: Stub, server: RunningSer
         {"role": "user", "content": [{"type": "text", "text": "second", "cache_control": {"type": "ephemeral"}}]},
     ]
     # On an idle session ENQUEUE is an ordinary turn.
-    idle_turn = await drain(start_turn(stub, sid, "third", api.BUSY_POLICY_ENQUEUE))
+    idle_turn = await drain(start_turn(stub, sid, "third", turn_api.BUSY_POLICY_ENQUEUE))
     assert idle_turn[0].run_started.trigger == event_pb2.RUN_TRIGGER_TURN
     assert queued(server, sid) == 0
 
@@ -385,7 +388,7 @@ async def test_enqueue_caller_disconnect_leaves_the_queue(
     fake_model.enqueue(reply)
     first = start_turn(stub, sid, "first")
     seen = await read_until(first, "assistant_delta")
-    second = start_turn(stub, sid, "second", api.BUSY_POLICY_ENQUEUE)
+    second = start_turn(stub, sid, "second", turn_api.BUSY_POLICY_ENQUEUE)
     waiter = asyncio.create_task(drain(second))
     await wait_until(lambda: queued(server, sid) == 1, "the second turn is queued")
     second.cancel()
@@ -407,9 +410,9 @@ async def test_enqueue_queue_limit(server_factory: ServerFactory, fake_model: Fa
         fake_model.enqueue(reply, TextReply("second answer"))
         first = start_turn(stub, sid, "first")
         seen = await read_until(first, "assistant_delta")
-        second = asyncio.create_task(drain(start_turn(stub, sid, "second", api.BUSY_POLICY_ENQUEUE)))
+        second = asyncio.create_task(drain(start_turn(stub, sid, "second", turn_api.BUSY_POLICY_ENQUEUE)))
         await wait_until(lambda: queued(server, sid) == 1, "the second turn is queued")
-        error = await rpc_error(start_turn(stub, sid, "third", api.BUSY_POLICY_ENQUEUE))
+        error = await rpc_error(start_turn(stub, sid, "third", turn_api.BUSY_POLICY_ENQUEUE))
         assert (error.code, error.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "RESOURCE_LIMIT")
         assert error.metadata["limit"] == "max_queued_turns"
         assert error.retry_delay is not None
@@ -425,7 +428,7 @@ async def test_interrupt_supersedes_the_running_turn(stub: Stub, fake_model: Fak
     fake_model.enqueue(hang(), TextReply("new answer"))
     first = start_turn(stub, sid, "first")
     seen = await read_until(first, "assistant_delta")
-    second = await drain(start_turn(stub, sid, "second", api.BUSY_POLICY_INTERRUPT))
+    second = await drain(start_turn(stub, sid, "second", turn_api.BUSY_POLICY_INTERRUPT))
     first_events = seen + await drain(first)
     assert kinds(first_events) == ["run_started", "assistant_delta", "turn_complete", "run_finished"]
     assert last_of(first_events, "turn_complete").stop_reason == event_pb2.STOP_REASON_ABORTED
@@ -448,7 +451,7 @@ async def test_interrupt_supersedes_the_running_turn(stub: Stub, fake_model: Fak
 async def test_interrupt_while_suspended_supersedes_the_pending_calls(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid, suspended = await suspended_session(stub, fake_model)
     fake_model.enqueue(TextReply("new answer"))
-    second = await drain(start_turn(stub, sid, "second", api.BUSY_POLICY_INTERRUPT))
+    second = await drain(start_turn(stub, sid, "second", turn_api.BUSY_POLICY_INTERRUPT))
     assert kinds(second) == TEXT_RUN
     assert outcome(second) == COMPLETED
     log = await watch_until_terminal(stub, sid, suspended[-1].sequence)
@@ -458,7 +461,9 @@ async def test_interrupt_while_suspended_supersedes_the_pending_calls(stub: Stub
     assert outcome(log) == (event_pb2.RUN_OUTCOME_STOPPED, event_pb2.RUN_REASON_SUPERSEDED)
     assert log[-1].sequence < second[0].sequence
     late = await rpc_error(
-        stub.SubmitHostedToolResult(api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_h", error="x"))
+        stub.SubmitHostedToolResult(
+            turn_api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_h", error="x")
+        )
     )
     assert (late.reason, late.metadata["resolved_by"]) == ("TOOL_CALL_ALREADY_RESOLVED", "SUPERSEDED")
     assert fake_model.requests[1].messages[2]["content"] == [
@@ -473,7 +478,7 @@ async def test_steer_follows_the_running_run(stub: Stub, fake_model: FakeAnthrop
     fake_model.enqueue(reply, TextReply("Focused on Y."))
     first = start_turn(stub, sid, "long task")
     seen = await read_until(first, "assistant_delta")
-    steer = asyncio.create_task(drain(start_turn(stub, sid, "focus on Y", api.BUSY_POLICY_STEER)))
+    steer = asyncio.create_task(drain(start_turn(stub, sid, "focus on Y", turn_api.BUSY_POLICY_STEER)))
 
     async def injected() -> bool:
         return ("focus on Y", True) in await user_messages(stub, sid)
@@ -502,14 +507,14 @@ async def test_steer_follows_the_running_run(stub: Stub, fake_model: FakeAnthrop
     }
     # On an idle session STEER starts a normal run.
     fake_model.enqueue(TextReply("fresh"))
-    fresh = await drain(start_turn(stub, sid, "new topic", api.BUSY_POLICY_STEER))
+    fresh = await drain(start_turn(stub, sid, "new topic", turn_api.BUSY_POLICY_STEER))
     assert kinds(fresh) == TEXT_RUN
     assert fresh[0].run_started.trigger == event_pb2.RUN_TRIGGER_STEER
 
 
 async def test_steer_while_suspended_is_consumed_at_the_continuation(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid, suspended = await suspended_session(stub, fake_model)
-    steer = asyncio.create_task(drain(start_turn(stub, sid, "be brief", api.BUSY_POLICY_STEER)))
+    steer = asyncio.create_task(drain(start_turn(stub, sid, "be brief", turn_api.BUSY_POLICY_STEER)))
 
     async def injected() -> bool:
         return ("be brief", True) in await user_messages(stub, sid)
@@ -517,7 +522,7 @@ async def test_steer_while_suspended_is_consumed_at_the_continuation(stub: Stub,
     await wait_until(injected, "the steering message is committed")
     assert not steer.done()
     fake_model.enqueue(TextReply("Brief."))
-    request = api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_h", output_json='"data"')
+    request = turn_api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_h", output_json='"data"')
     submitted = [r.event async for r in stub.SubmitHostedToolResult(request)]
     steered = await asyncio.wait_for(steer, 10)
     assert (
@@ -562,7 +567,9 @@ async def test_commands_during_a_busy_run_never_conflict_with_its_commits(
         while not finished.is_set() and len(fake_model.requests) < rounds:
             text = f"note {index}"
             try:
-                response = await stub.InjectMessage(api.InjectMessageRequest(session_id=sid, input=text_input(text)))
+                response = await stub.InjectMessage(
+                    turn_api.InjectMessageRequest(session_id=sid, input=text_input(text))
+                )
                 if response.accepted:
                     assert response.run_id == started[0].run_id
                     accepted.append(text)
@@ -635,7 +642,7 @@ async def test_injection_committed_while_the_run_ends_is_still_delivered(
     seen = await read_until(call, "assistant_delta")
     gate = WriteGate(server, monkeypatch, injects)
     inject = asyncio.ensure_future(
-        stub.InjectMessage(api.InjectMessageRequest(session_id=sid, input=text_input("one more thing")))
+        stub.InjectMessage(turn_api.InjectMessageRequest(session_id=sid, input=text_input("one more thing")))
     )
     await asyncio.wait_for(gate.reached.wait(), 10)
     # The model ends its turn while the injection is being committed: the run's end must wait for it.
@@ -676,7 +683,7 @@ async def test_cancel_during_the_terminal_commit_keeps_one_run_finished(
     await asyncio.wait_for(gate.reached.wait(), 10)
     run = actor_of(server, sid).run
     assert run is not None
-    cancel = asyncio.ensure_future(stub.CancelRun(api.CancelRunRequest(session_id=sid)))
+    cancel = asyncio.ensure_future(stub.CancelRun(turn_api.CancelRunRequest(session_id=sid)))
     await wait_until(lambda: run.stop_reason is not None, "the cancellation reached the run")
     gate.opened.set()
     await asyncio.wait_for(cancel, 10)
@@ -695,9 +702,9 @@ async def test_a_stopped_run_drops_its_undelivered_injection(stub: Stub, fake_mo
     fake_model.enqueue(hang())
     call = start_turn(stub, sid, "long task")
     seen = await read_until(call, "assistant_delta")
-    response = await stub.InjectMessage(api.InjectMessageRequest(session_id=sid, input=text_input("stale note")))
+    response = await stub.InjectMessage(turn_api.InjectMessageRequest(session_id=sid, input=text_input("stale note")))
     assert response.accepted is True
-    await stub.CancelRun(api.CancelRunRequest(session_id=sid))
+    await stub.CancelRun(turn_api.CancelRunRequest(session_id=sid))
     assert outcome(seen + await drain(call)) == (event_pb2.RUN_OUTCOME_STOPPED, event_pb2.RUN_REASON_CANCELLED)
     # The next run makes two model calls; the stopped run's message reaches neither.
     fake_model.enqueue(Reply(blocks=[ToolUseBlock(id="toolu_n", name="nope", input={})]), TextReply("fresh"))

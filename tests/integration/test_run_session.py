@@ -13,8 +13,10 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 
 from general_agent.testing import FakeAnthropic, HangReply, Reply, TextBlock, TextReply, ToolUseBlock, text_deltas
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import event_pb2, session_pb2, tool_pb2
+from general_agent.v1 import event_pb2, hosted_tool_pb2, session_pb2
+from general_agent.v1 import run_session_pb2 as run_session_api
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, sequences, text_of
@@ -35,33 +37,33 @@ class Bidi:
     kept in `log`, so waiting for one response never loses the others."""
 
     def __init__(self, stub: Stub) -> None:
-        self._queue: asyncio.Queue[api.RunSessionRequest | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[run_session_api.RunSessionRequest | None] = asyncio.Queue()
         self.half_closed = asyncio.Event()
         self.call = stub.RunSession(self._requests())
-        self.log: list[api.RunSessionResponse] = []
+        self.log: list[run_session_api.RunSessionResponse] = []
         self.ended = False
 
-    async def _requests(self) -> AsyncIterator[api.RunSessionRequest]:
+    async def _requests(self) -> AsyncIterator[run_session_api.RunSessionRequest]:
         while (request := await self._queue.get()) is not None:
             yield request
         self.half_closed.set()
 
     # -- sending
     def send(self, **command: Any) -> None:
-        self._queue.put_nowait(api.RunSessionRequest(**command))
+        self._queue.put_nowait(run_session_api.RunSessionRequest(**command))
 
     def attach(self, session_id: str, **fields: Any) -> None:
-        self.send(attach=api.RunSessionAttach(session_id=session_id, **fields))
+        self.send(attach=run_session_api.RunSessionAttach(session_id=session_id, **fields))
 
     def turn(self, command_id: str, *texts: str, **fields: Any) -> None:
-        self.send(turn=api.RunSessionTurn(command_id=command_id, input=text_input(*texts), **fields))
+        self.send(turn=run_session_api.RunSessionTurn(command_id=command_id, input=text_input(*texts), **fields))
 
     def close(self) -> None:
         """Half-close: the request iterator ends."""
         self._queue.put_nowait(None)
 
     # -- receiving
-    async def read(self) -> api.RunSessionResponse | None:
+    async def read(self) -> run_session_api.RunSessionResponse | None:
         """The next response, or None at the end of the stream (an RPC error raises AioRpcError)."""
         try:
             response = await asyncio.wait_for(self.call.read(), READ_TIMEOUT)
@@ -70,11 +72,13 @@ class Bidi:
         if response is grpc.aio.EOF:
             self.ended = True
             return None
-        assert isinstance(response, api.RunSessionResponse)
+        assert isinstance(response, run_session_api.RunSessionResponse)
         self.log.append(response)
         return response
 
-    async def wait(self, predicate: Callable[[api.RunSessionResponse], bool], start: int = 0) -> api.RunSessionResponse:
+    async def wait(
+        self, predicate: Callable[[run_session_api.RunSessionResponse], bool], start: int = 0
+    ) -> run_session_api.RunSessionResponse:
         """The first response from log[start:] (reading more as needed) that matches."""
         index = start
         while True:
@@ -85,7 +89,7 @@ class Bidi:
             if await self.read() is None:
                 raise AssertionError(f"stream ended before the expected response; got {self.summary()}")
 
-    async def result(self, command_id: str) -> api.CommandResult:
+    async def result(self, command_id: str) -> run_session_api.CommandResult:
         response = await self.wait(
             lambda r: r.WhichOneof("response") == "command_result" and r.command_result.command_id == command_id
         )
@@ -94,7 +98,7 @@ class Bidi:
     async def finished(self, run_id: str, *, terminal: bool = True, start: int = 0) -> event_pb2.SessionEvent:
         """The run's first (terminal, by default) run_finished."""
 
-        def match(response: api.RunSessionResponse) -> bool:
+        def match(response: run_session_api.RunSessionResponse) -> bool:
             event = response.event
             return (
                 response.WhichOneof("response") == "event"
@@ -159,8 +163,8 @@ def error_info(status: status_pb2.Status) -> error_details_pb2.ErrorInfo:
     raise AssertionError(f"no ErrorInfo in {status}")
 
 
-def lookup_tool() -> tool_pb2.HostedToolDefinition:
-    return tool_pb2.HostedToolDefinition(
+def lookup_tool() -> hosted_tool_pb2.HostedToolDefinition:
+    return hosted_tool_pb2.HostedToolDefinition(
         name="lookup", description="ask the host", input_schema_json=LOOKUP_SCHEMA_JSON
     )
 
@@ -171,7 +175,7 @@ async def hosted_session(stub: Stub) -> str:
 
 
 async def get_session(stub: Stub, sid: str) -> session_pb2.Session:
-    return (await stub.GetSession(api.GetSessionRequest(session_id=sid))).session
+    return (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session
 
 
 async def wait_idle(stub: Stub, sid: str) -> session_pb2.Session:
@@ -305,7 +309,7 @@ async def test_busy_turn_is_a_command_result_and_the_stream_goes_on(stub: Stub, 
 async def test_invalid_turn_input_is_a_command_result(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = (await create_session(stub)).identity.session_id
     bidi = await open_bidi(stub, sid)
-    bidi.send(turn=api.RunSessionTurn(command_id="empty"))
+    bidi.send(turn=run_session_api.RunSessionTurn(command_id="empty"))
     rejected = await bidi.result("empty")
     assert rejected.status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert rejected.run_id == ""
@@ -338,7 +342,9 @@ async def test_hosted_tool_round_over_the_stream(stub: Stub, fake_model: FakeAnt
     assert (await get_session(stub, sid)).state == session_pb2.SESSION_STATE_SUSPENDED
     mark = len(bidi.log)
     bidi.send(
-        hosted_result=api.RunSessionHostedResult(command_id="res", call_id="toolu_h1", output_json='"sunny, 21 C"')
+        hosted_result=run_session_api.RunSessionHostedResult(
+            command_id="res", call_id="toolu_h1", output_json='"sunny, 21 C"'
+        )
     )
     resolved = await bidi.result("res")
     assert resolved.status.code == 0
@@ -372,14 +378,16 @@ async def test_hosted_tool_round_over_the_stream(stub: Stub, fake_model: FakeAnt
 async def test_hosted_result_for_an_unknown_call_is_a_command_result(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = await hosted_session(stub)
     bidi = await open_bidi(stub, sid)
-    bidi.send(hosted_result=api.RunSessionHostedResult(command_id="bad", call_id="toolu_nope", output_json="1"))
+    bidi.send(
+        hosted_result=run_session_api.RunSessionHostedResult(command_id="bad", call_id="toolu_nope", output_json="1")
+    )
     rejected = await bidi.result("bad")
     assert rejected.status.code == grpc.StatusCode.NOT_FOUND.value[0]
     info = error_info(rejected.status)
     assert (info.reason, info.domain) == ("UNKNOWN_TOOL_CALL", "general-agent")
     assert info.metadata["call_id"] == "toolu_nope"
     # A hosted_result without any result is rejected the same way (decode error), and the stream goes on.
-    bidi.send(hosted_result=api.RunSessionHostedResult(command_id="empty", call_id="toolu_nope"))
+    bidi.send(hosted_result=run_session_api.RunSessionHostedResult(command_id="empty", call_id="toolu_nope"))
     assert (await bidi.result("empty")).status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     fake_model.enqueue(TextReply("still here"))
     bidi.turn("later", "hello?")
@@ -403,7 +411,7 @@ async def test_inject_while_running(stub: Stub, fake_model: FakeAnthropic) -> No
     bidi.turn("turn", "long task")
     started = await bidi.result("turn")
     await fake_model.wait_for_requests(1)
-    bidi.send(inject=api.RunSessionInject(command_id="steer", input=text_input("also mention cats")))
+    bidi.send(inject=run_session_api.RunSessionInject(command_id="steer", input=text_input("also mention cats")))
     injected = await bidi.result("steer")
     assert injected.status.code == 0
     assert injected.accepted is True
@@ -430,7 +438,7 @@ async def test_inject_while_running(stub: Stub, fake_model: FakeAnthropic) -> No
     assert [m["role"] for m in fake_model.requests[1].messages] == ["user", "assistant", "user"]
     # Inject while idle: not accepted, nothing written.
     before = (await get_session(stub, sid)).last_sequence
-    bidi.send(inject=api.RunSessionInject(command_id="idle", input=text_input("too late")))
+    bidi.send(inject=run_session_api.RunSessionInject(command_id="idle", input=text_input("too late")))
     idle = await bidi.result("idle")
     assert (idle.status.code, idle.accepted, idle.run_id) == (0, False, "")
     assert (await get_session(stub, sid)).last_sequence == before
@@ -445,9 +453,9 @@ async def test_commands_of_one_stream_apply_in_order(stub: Stub, fake_model: Fak
     bidi = await open_bidi(stub, sid)
     # Sent back to back, without waiting: the inject and the stop find the run the turn started.
     bidi.turn("turn", "long task")
-    bidi.send(inject=api.RunSessionInject(command_id="steer", input=text_input("steer")))
-    bidi.send(stop=api.RunSessionStop(command_id="stop"))
-    bidi.send(clear_stop=api.RunSessionClearStop(command_id="clear"))
+    bidi.send(inject=run_session_api.RunSessionInject(command_id="steer", input=text_input("steer")))
+    bidi.send(stop=run_session_api.RunSessionStop(command_id="stop"))
+    bidi.send(clear_stop=run_session_api.RunSessionClearStop(command_id="clear"))
     started = await bidi.result("turn")
     steer = await bidi.result("steer")
     assert (steer.status.code, steer.accepted, steer.run_id) == (0, True, started.run_id)
@@ -473,7 +481,7 @@ async def test_stop_command_then_clear_stop(stub: Stub, fake_model: FakeAnthropi
     bidi.turn("turn", "long task")
     started = await bidi.result("turn")
     await bidi.first_event(started.run_id, "assistant_delta")
-    bidi.send(stop=api.RunSessionStop(command_id="stop"))
+    bidi.send(stop=run_session_api.RunSessionStop(command_id="stop"))
     stopped = await bidi.result("stop")
     assert stopped.status.code == 0
     assert stopped.run_id == started.run_id
@@ -492,7 +500,7 @@ async def test_stop_command_then_clear_stop(stub: Stub, fake_model: FakeAnthropi
     assert kinds(bidi.events(blocked.run_id)) == ["run_started", "turn_complete", "run_finished"]
     assert blocked_end.run_finished.reason == event_pb2.RUN_REASON_STOP_REQUESTED
     assert len(fake_model.requests) == 1
-    bidi.send(clear_stop=api.RunSessionClearStop(command_id="clear"))
+    bidi.send(clear_stop=run_session_api.RunSessionClearStop(command_id="clear"))
     cleared = await bidi.result("clear")
     assert (cleared.status.code, cleared.accepted) == (0, True)
     assert (await get_session(stub, sid)).stop_requested is False
@@ -514,10 +522,10 @@ async def test_cancel_command(stub: Stub, fake_model: FakeAnthropic) -> None:
     started = await bidi.result("turn")
     await bidi.first_event(started.run_id, "assistant_delta")
     # A run id that is not the active run cancels nothing.
-    bidi.send(cancel=api.RunSessionCancel(command_id="wrong", run_id="not-this-run"))
+    bidi.send(cancel=run_session_api.RunSessionCancel(command_id="wrong", run_id="not-this-run"))
     wrong = await bidi.result("wrong")
     assert (wrong.status.code, wrong.run_id) == (0, "")
-    bidi.send(cancel=api.RunSessionCancel(command_id="cancel", run_id=started.run_id))
+    bidi.send(cancel=run_session_api.RunSessionCancel(command_id="cancel", run_id=started.run_id))
     cancelled = await bidi.result("cancel")
     assert cancelled.status.code == 0
     assert cancelled.run_id == started.run_id
@@ -542,14 +550,14 @@ async def test_ping_answers_a_heartbeat_with_the_last_sequence(stub: Stub, fake_
     sid = (await create_session(stub)).identity.session_id
     prior = await stream_turn(stub, sid, "before")
     bidi = await open_bidi(stub, sid)  # live only: nothing is replayed
-    bidi.send(ping=api.RunSessionPing())
+    bidi.send(ping=run_session_api.RunSessionPing())
     heartbeat = await bidi.wait(lambda r: r.WhichOneof("response") == "heartbeat")
     assert heartbeat.heartbeat.last_sequence == prior[-1].sequence
     assert bidi.summary() == ["heartbeat"]
     bidi.turn("t", "now")
     result = await bidi.result("t")
     finished = await bidi.finished(result.run_id)
-    bidi.send(ping=api.RunSessionPing())
+    bidi.send(ping=run_session_api.RunSessionPing())
     start = len(bidi.log)
     second = await bidi.wait(lambda r: r.WhichOneof("response") == "heartbeat", start)
     assert second.heartbeat.last_sequence == finished.sequence
@@ -567,7 +575,7 @@ async def test_attach_after_zero_replays_then_follows_live(stub: Stub, fake_mode
     # A run that is in flight while the stream attaches: part of it is in the log, the rest arrives live.
     gate = hang()
     fake_model.enqueue(gate)
-    other = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("two")))
+    other = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("two")))
     in_flight = []
     async for response in other:
         in_flight.append(response.event)
@@ -613,7 +621,7 @@ async def test_attach_after_a_middle_sequence(stub: Stub, fake_model: FakeAnthro
 async def test_events_of_another_client_reach_the_stream(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = await hosted_session(stub)
     bidi = await open_bidi(stub, sid)
-    bidi.send(ping=api.RunSessionPing())  # once answered, the stream is surely attached
+    bidi.send(ping=run_session_api.RunSessionPing())  # once answered, the stream is surely attached
     await bidi.wait(lambda r: r.WhichOneof("response") == "heartbeat")
     fake_model.enqueue(
         Reply(blocks=[ToolUseBlock(id="toolu_x", name="lookup", input={"q": "x"})]),
@@ -627,7 +635,7 @@ async def test_events_of_another_client_reach_the_stream(stub: Stub, fake_model:
     submitted = [
         r.event
         async for r in stub.SubmitHostedToolResult(
-            api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_x", output_json='"ok"')
+            turn_api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_x", output_json='"ok"')
         )
     ]
     await bidi.finished(run_id)
@@ -645,7 +653,7 @@ async def test_two_streams_on_one_session_see_each_others_runs(stub: Stub, fake_
     a = await open_bidi(stub, sid)
     b = await open_bidi(stub, sid)
     for bidi in (a, b):
-        bidi.send(ping=api.RunSessionPing())
+        bidi.send(ping=run_session_api.RunSessionPing())
         await bidi.wait(lambda r: r.WhichOneof("response") == "heartbeat")
     fake_model.enqueue(TextReply("from a"), TextReply("from b"))
     a.turn("a1", "a")
@@ -705,7 +713,7 @@ async def test_half_close_ends_at_a_suspension(stub: Stub, fake_model: FakeAnthr
 async def test_half_close_without_runs_ends_the_stream(stub: Stub) -> None:
     sid = (await create_session(stub)).identity.session_id
     bidi = await open_bidi(stub, sid)
-    bidi.send(ping=api.RunSessionPing())
+    bidi.send(ping=run_session_api.RunSessionPing())
     bidi.close()
     await bidi.drain()
     assert await bidi.call.code() == grpc.StatusCode.OK
@@ -716,11 +724,11 @@ async def test_delete_session_ends_an_attached_stream(stub: Stub, fake_model: Fa
     sid = (await create_session(stub)).identity.session_id
     gate = hang()
     fake_model.enqueue(gate)
-    bidi = await open_bidi(stub, sid, on_disconnect=api.ON_DISCONNECT_CONTINUE)
+    bidi = await open_bidi(stub, sid, on_disconnect=turn_api.ON_DISCONNECT_CONTINUE)
     bidi.turn("turn", "long task")
     started = await bidi.result("turn")
     await bidi.first_event(started.run_id, "assistant_delta")
-    await stub.DeleteSession(api.DeleteSessionRequest(session_id=sid))
+    await stub.DeleteSession(session_api.DeleteSessionRequest(session_id=sid))
     finished = await bidi.finished(started.run_id)
     assert (finished.run_finished.outcome, finished.run_finished.reason) == (
         event_pb2.RUN_OUTCOME_STOPPED,
@@ -740,8 +748,10 @@ async def test_client_cancel_stops_a_run_the_stream_continued(stub: Stub, fake_m
     run_id = suspended[0].run_id
     gate = hang()
     fake_model.enqueue(gate)
-    bidi = await open_bidi(stub, sid, on_disconnect=api.ON_DISCONNECT_CANCEL)
-    bidi.send(hosted_result=api.RunSessionHostedResult(command_id="res", call_id="toolu_c", output_json='"c"'))
+    bidi = await open_bidi(stub, sid, on_disconnect=turn_api.ON_DISCONNECT_CANCEL)
+    bidi.send(
+        hosted_result=run_session_api.RunSessionHostedResult(command_id="res", call_id="toolu_c", output_json='"c"')
+    )
     assert (await bidi.result("res")).status.code == 0
     await bidi.first_event(run_id, "assistant_delta")
     bidi.cancel()
@@ -766,7 +776,7 @@ async def _cancel_mid_run(stub: Stub, fake_model: FakeAnthropic, on_disconnect: 
 
 
 async def test_client_cancel_with_cancel_policy_stops_the_run(stub: Stub, fake_model: FakeAnthropic) -> None:
-    sid, run_id, gate = await _cancel_mid_run(stub, fake_model, api.ON_DISCONNECT_CANCEL)
+    sid, run_id, gate = await _cancel_mid_run(stub, fake_model, turn_api.ON_DISCONNECT_CANCEL)
     session = await wait_idle(stub, sid)
     assert await fake_model.requests[0].disconnected.wait(timeout=5)
     log = await events_after(stub, sid, 0, session.last_sequence)
@@ -781,7 +791,7 @@ async def test_client_cancel_with_cancel_policy_stops_the_run(stub: Stub, fake_m
 async def test_client_cancel_with_continue_policy_keeps_the_run(
     server: RunningServer, stub: Stub, fake_model: FakeAnthropic
 ) -> None:
-    sid, run_id, gate = await _cancel_mid_run(stub, fake_model, api.ON_DISCONNECT_CONTINUE)
+    sid, run_id, gate = await _cancel_mid_run(stub, fake_model, turn_api.ON_DISCONNECT_CONTINUE)
     # Wait until the server has noticed the disconnect (the stream's subscription is gone) before releasing.
     actor = server.agent.cache.peek("default", sid)
     assert actor is not None
@@ -824,7 +834,7 @@ async def test_a_result_sent_right_after_attach_on_a_restarted_server_streams_ev
         async with connect(server.address) as stub:
             bidi = await open_bidi(stub, sid, after_sequence=cursor)
             bidi.send(
-                hosted_result=api.RunSessionHostedResult(
+                hosted_result=run_session_api.RunSessionHostedResult(
                     command_id="res", call_id=f"toolu_{attempt}", output_json='"found"'
                 )
             )

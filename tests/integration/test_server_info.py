@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import grpc
 
-from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc
+from general_agent.v1 import server_info_pb2 as server_info_api
 from general_agent_server.config import SETTINGS
 from tests.conftest import ServerFactory
 
@@ -57,7 +57,7 @@ EXPECTED: dict[str, tuple[str, str, float]] = {
 NOT_ENFORCED = {"max_concurrent_runs"}
 
 
-def _reported(limits: api.ServerLimits, name: str) -> float:
+def _reported(limits: server_info_api.ServerLimits, name: str) -> float:
     value = getattr(limits, name)
     if limits.DESCRIPTOR.fields_by_name[name].message_type is not None:
         assert name in {f.name for f, _ in limits.ListFields()}, f"{name} is unset"
@@ -73,8 +73,10 @@ async def test_every_server_limit_equals_its_setting(server_factory: ServerFacto
         env["GENERAL_AGENT_" + setting.upper()] = raw
     server = await server_factory(env)
     async with grpc.aio.insecure_channel(server.address) as channel:
-        info = await agent_service_pb2_grpc.AgentServiceStub(channel).GetServerInfo(api.GetServerInfoRequest())
-    fields = {f.name for f in api.ServerLimits.DESCRIPTOR.fields}
+        info = await agent_service_pb2_grpc.AgentServiceStub(channel).GetServerInfo(
+            server_info_api.GetServerInfoRequest()
+        )
+    fields = {f.name for f in server_info_api.ServerLimits.DESCRIPTOR.fields}
     assert fields == set(EXPECTED) | NOT_ENFORCED, "a ServerLimits field without an expected setting"
     for field, (_, _, expected) in EXPECTED.items():
         assert _reported(info.limits, field) == expected, field

@@ -11,8 +11,8 @@ import weakref
 import grpc
 
 from general_agent.testing import FakeAnthropic, HangReply, TextReply
-from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc
+from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
 from general_agent_server.domain.session import DEFAULT_TENANT
 from tests.conftest import ServerFactory
@@ -59,7 +59,7 @@ async def test_a_running_session_is_never_evicted(server_factory: ServerFactory,
         assert not loaded(server, session_id)  # idle and over the budget on its own
         hang = HangReply(after_events=4, reply=TextReply("partial rest", chunks=["partial ", "rest"]))
         fake_model.enqueue(hang)
-        turn = stub.StreamTurn(api.StreamTurnRequest(session_id=session_id, input=text_input("hello")))
+        turn = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=session_id, input=text_input("hello")))
         async for response in turn:
             if response.event.WhichOneof("event") == "assistant_delta":
                 break  # the model call is in flight until released

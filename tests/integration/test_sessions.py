@@ -9,8 +9,9 @@ from pathlib import Path
 import grpc
 
 from general_agent.testing import FakeAnthropic, TextReply
-from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import mcp_pb2, session_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
 from tests.support.rpc import Stub, create_session, rpc_error, stream_turn
 
@@ -25,7 +26,7 @@ async def test_create_generates_a_uuid_and_persists_at_once(stub: Stub, server: 
     stored = await server.store.get_session("default", session.identity.session_id)
     assert stored is not None
     assert stored.config.system_prompt == "be brief"
-    fetched = (await stub.GetSession(api.GetSessionRequest(session_id=session.identity.session_id))).session
+    fetched = (await stub.GetSession(session_api.GetSessionRequest(session_id=session.identity.session_id))).session
     assert fetched == session
 
 
@@ -41,7 +42,7 @@ async def test_create_is_idempotent_with_request_id(stub: Stub) -> None:
     first = await create_session(stub, system_prompt="p", request_id="req-1")
     again = await create_session(stub, system_prompt="p", request_id="req-1")
     assert again.identity.session_id == first.identity.session_id
-    listed = await stub.ListSessions(api.ListSessionsRequest())
+    listed = await stub.ListSessions(session_api.ListSessionsRequest())
     assert [s.identity.session_id for s in listed.sessions] == [first.identity.session_id]
     error = await rpc_error(create_session(stub, system_prompt="other", request_id="req-1"))
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "REQUEST_ID_REUSED")
@@ -55,7 +56,7 @@ async def test_invalid_fields_are_named(stub: Stub) -> None:
     assert error.field_violations[0][0] == "session.model_ref"
     error = await rpc_error(create_session(stub, auth_profile_id="nope"))
     assert error.field_violations == [("session.auth_profile_id", "unknown auth profile 'nope'")]
-    error = await rpc_error(stub.CreateSession(api.CreateSessionRequest()))
+    error = await rpc_error(stub.CreateSession(session_api.CreateSessionRequest()))
     assert error.field_violations[0][0] == "session"
 
 
@@ -77,7 +78,7 @@ async def test_capabilities_of_later_releases_answer_unimplemented(stub: Stub) -
         )
     # Asking for nothing of them is fine: a memory scope without enabling memory is kept for later.
     await create_session(stub, memory=session_pb2.MemoryConfig(enabled=False, user_id="u1"))
-    error = await rpc_error(stub.RequestCompaction(api.RequestCompactionRequest(session_id="x")))
+    error = await rpc_error(stub.RequestCompaction(session_api.RequestCompactionRequest(session_id="x")))
     assert (error.code, error.reason, error.metadata) == (
         grpc.StatusCode.UNIMPLEMENTED,
         "NOT_IMPLEMENTED",
@@ -87,11 +88,11 @@ async def test_capabilities_of_later_releases_answer_unimplemented(stub: Stub) -
 
 async def test_unknown_session_is_not_found(stub: Stub) -> None:
     for call in (
-        stub.GetSession(api.GetSessionRequest(session_id="missing")),
-        stub.ResumeSession(api.ResumeSessionRequest(session_id="missing")),
-        stub.ResetSession(api.ResetSessionRequest(session_id="missing")),
-        stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id="missing")),
-        stub.StreamTurn(api.StreamTurnRequest(session_id="missing", input=[])),
+        stub.GetSession(session_api.GetSessionRequest(session_id="missing")),
+        stub.ResumeSession(session_api.ResumeSessionRequest(session_id="missing")),
+        stub.ResetSession(session_api.ResetSessionRequest(session_id="missing")),
+        stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id="missing")),
+        stub.StreamTurn(turn_api.StreamTurnRequest(session_id="missing", input=[])),
     ):
         error = await rpc_error(call)
         assert error.code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT)
@@ -113,7 +114,7 @@ async def test_list_is_newest_first_paged_and_filtered(stub: Stub) -> None:
     token = ""
     pages = 0
     while True:
-        page = await stub.ListSessions(api.ListSessionsRequest(page_size=2, page_token=token))
+        page = await stub.ListSessions(session_api.ListSessionsRequest(page_size=2, page_token=token))
         seen += [s.identity.session_id for s in page.sessions]
         pages += 1
         token = page.next_page_token
@@ -121,20 +122,20 @@ async def test_list_is_newest_first_paged_and_filtered(stub: Stub) -> None:
             break
     assert seen == list(reversed(ids))
     assert pages == 3
-    by_prefix = await stub.ListSessions(api.ListSessionsRequest(session_key_prefix="user-1/"))
+    by_prefix = await stub.ListSessions(session_api.ListSessionsRequest(session_key_prefix="user-1/"))
     assert [s.identity.session_id for s in by_prefix.sessions] == [ids[3], ids[1]]
-    by_mode = await stub.ListSessions(api.ListSessionsRequest(mode=session_pb2.SESSION_MODE_CODING))
+    by_mode = await stub.ListSessions(session_api.ListSessionsRequest(mode=session_pb2.SESSION_MODE_CODING))
     assert {s.identity.session_id for s in by_mode.sessions} == {ids[1], ids[3]}
-    by_label = await stub.ListSessions(api.ListSessionsRequest(labels={"parity": "0"}))
+    by_label = await stub.ListSessions(session_api.ListSessionsRequest(labels={"parity": "0"}))
     assert {s.identity.session_id for s in by_label.sessions} == {ids[0], ids[2], ids[4]}
-    first = await stub.ListSessions(api.ListSessionsRequest(page_size=1))
+    first = await stub.ListSessions(session_api.ListSessionsRequest(page_size=1))
     error = await rpc_error(
         stub.ListSessions(
-            api.ListSessionsRequest(page_size=1, page_token=first.next_page_token, labels={"parity": "0"})
+            session_api.ListSessionsRequest(page_size=1, page_token=first.next_page_token, labels={"parity": "0"})
         )
     )
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PAGE_TOKEN")
-    error = await rpc_error(stub.ListSessions(api.ListSessionsRequest(page_token="garbage!")))
+    error = await rpc_error(stub.ListSessions(session_api.ListSessionsRequest(page_token="garbage!")))
     assert error.reason == "INVALID_PAGE_TOKEN"
 
 
@@ -145,12 +146,12 @@ async def test_delete_removes_everything_and_is_ok_for_unknown(stub: Stub, fake_
     transcript = Path(session.transcript_path)
     await _flush_exports(stub, sid)  # the export is written after commit by a background writer
     assert transcript.exists()
-    deleted = await stub.DeleteSession(api.DeleteSessionRequest(session_id=sid))
+    deleted = await stub.DeleteSession(session_api.DeleteSessionRequest(session_id=sid))
     assert deleted.deleted is True
     assert not transcript.exists()
-    error = await rpc_error(stub.GetSession(api.GetSessionRequest(session_id=sid)))
+    error = await rpc_error(stub.GetSession(session_api.GetSessionRequest(session_id=sid)))
     assert error.reason == "SESSION_NOT_FOUND"
-    again = await stub.DeleteSession(api.DeleteSessionRequest(session_id=sid))
+    again = await stub.DeleteSession(session_api.DeleteSessionRequest(session_id=sid))
     assert again.deleted is False
 
 
@@ -158,7 +159,7 @@ async def test_resume_persists_overrides_used_by_the_next_turn(stub: Stub, fake_
     session = await create_session(stub, system_prompt="old prompt", model_ref="claude-haiku-4-5")
     sid = session.identity.session_id
     resumed = await stub.ResumeSession(
-        api.ResumeSessionRequest(
+        session_api.ResumeSessionRequest(
             session_id=sid,
             overrides=session_pb2.SessionOverrides(system_prompt="new prompt", model_ref="anthropic/claude-opus-4-6"),
         )
@@ -176,16 +177,18 @@ async def test_continue_persists_key_and_mode(stub: Stub) -> None:
     session = await create_session(stub, identity=session_pb2.SessionIdentity(session_key="a"))
     sid = session.identity.session_id
     continued = await stub.ContinueSession(
-        api.ContinueSessionRequest(
+        session_api.ContinueSessionRequest(
             identity=session_pb2.SessionIdentity(session_id=sid, session_key="b", mode=session_pb2.SESSION_MODE_CODING)
         )
     )
     assert continued.session.identity.session_key == "b"
     assert continued.session.identity.mode == session_pb2.SESSION_MODE_CODING
-    fetched = await stub.GetSession(api.GetSessionRequest(session_id=sid))
+    fetched = await stub.GetSession(session_api.GetSessionRequest(session_id=sid))
     assert fetched.session.identity.session_key == "b"
     error = await rpc_error(
-        stub.ContinueSession(api.ContinueSessionRequest(identity=session_pb2.SessionIdentity(session_id="nope")))
+        stub.ContinueSession(
+            session_api.ContinueSessionRequest(identity=session_pb2.SessionIdentity(session_id="nope"))
+        )
     )
     assert error.reason == "SESSION_NOT_FOUND"
 
@@ -194,7 +197,7 @@ async def test_reset_clears_history_and_keeps_numbering(stub: Stub, fake_model: 
     session = await create_session(stub)
     sid = session.identity.session_id
     first = await stream_turn(stub, sid, "remember 42")
-    reset = await stub.ResetSession(api.ResetSessionRequest(session_id=sid, reason="new topic"))
+    reset = await stub.ResetSession(session_api.ResetSessionRequest(session_id=sid, reason="new topic"))
     assert reset.session.history_message_count == 0
     assert not reset.session.HasField("usage_snapshot")
     assert reset.session.cumulative_usage.model_calls == 1  # cumulative usage is never reset
@@ -206,7 +209,7 @@ async def test_reset_clears_history_and_keeps_numbering(stub: Stub, fake_model: 
             "content": [{"type": "text", "text": "what number?", "cache_control": {"type": "ephemeral"}}],
         }
     ]
-    history = await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid))
+    history = await stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=sid))
     kinds = [e.WhichOneof("entry") for e in history.entries]
     assert kinds == [
         "system_prompt",
@@ -229,7 +232,9 @@ async def test_history_is_paged_and_matches_the_jsonl_export(stub: Stub, fake_mo
     entries = []
     token = ""
     while True:
-        page = await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid, page_size=4, page_token=token))
+        page = await stub.GetSessionHistory(
+            session_api.GetSessionHistoryRequest(session_id=sid, page_size=4, page_token=token)
+        )
         assert len(page.entries) <= 4
         entries += list(page.entries)
         token = page.next_page_token
@@ -261,8 +266,8 @@ async def _flush_exports(stub: Stub, session_id: str) -> None:
     poll (bounded) until the file has caught up."""
     import asyncio
 
-    path = Path((await stub.GetSession(api.GetSessionRequest(session_id=session_id))).session.transcript_path)
-    history = await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=session_id, page_size=1000))
+    path = Path((await stub.GetSession(session_api.GetSessionRequest(session_id=session_id))).session.transcript_path)
+    history = await stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=session_id, page_size=1000))
     for _ in range(200):
         if path.exists() and len(path.read_text().splitlines()) == len(history.entries):
             return

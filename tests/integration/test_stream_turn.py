@@ -20,8 +20,9 @@ from general_agent.testing import (
     ToolUseBlock,
     Usage,
 )
-from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, content_pb2, event_pb2, session_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
 from tests.conftest import TEST_API_KEY, ServerFactory
 from tests.support.events import kinds, last_of, sequences, text_of
@@ -42,7 +43,7 @@ PNG = base64.b64decode(
 
 async def wait_idle(stub: Stub, session_id: str) -> session_pb2.Session:
     for _ in range(500):
-        session = (await stub.GetSession(api.GetSessionRequest(session_id=session_id))).session
+        session = (await stub.GetSession(session_api.GetSessionRequest(session_id=session_id))).session
         if session.state == session_pb2.SESSION_STATE_IDLE:
             return session
         await asyncio.sleep(0.01)
@@ -94,7 +95,7 @@ async def test_text_turn_order_usage_and_request(stub: Stub, fake_model: FakeAnt
     assert request.body["max_tokens"] == 64_000
     assert "thinking" not in request.body  # haiku-4-5 has no adaptive thinking: default is off
     assert request.api_key == TEST_API_KEY
-    after = (await stub.GetSession(api.GetSessionRequest(session_id=sid))).session
+    after = (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session
     assert after.last_sequence == events[-1].sequence
     assert after.usage_snapshot.used_input_tokens == 120
 
@@ -154,7 +155,9 @@ async def test_thinking_is_dropped_when_the_model_family_changes(stub: Stub, fak
     fake_model.enqueue(TextReply("A", thinking="think", signature="s1"))
     await stream_turn(stub, sid, "one")
     await stub.ResumeSession(
-        api.ResumeSessionRequest(session_id=sid, overrides=session_pb2.SessionOverrides(model_ref="claude-opus-4-6"))
+        session_api.ResumeSessionRequest(
+            session_id=sid, overrides=session_pb2.SessionOverrides(model_ref="claude-opus-4-6")
+        )
     )
     await stream_turn(stub, sid, "two")
     assert fake_model.requests[1].messages[1]["content"] == [{"type": "text", "text": "A"}]
@@ -166,7 +169,7 @@ async def test_image_input_reaches_the_model_and_the_transcript(stub: Stub, fake
         content_pb2.ContentPart(text=content_pb2.TextPart(text="what is this?")),
         content_pb2.ContentPart(image=content_pb2.ImagePart(mime_type="image/png", data=PNG)),
     ]
-    events = [r.event async for r in stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=parts))]
+    events = [r.event async for r in stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=parts))]
     assert last_of(events, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
     content = fake_model.requests[-1].messages[0]["content"]
     assert content[0] == {"type": "text", "text": "what is this?"}
@@ -175,7 +178,7 @@ async def test_image_input_reaches_the_model_and_the_transcript(stub: Stub, fake
         "media_type": "image/png",
         "data": base64.b64encode(PNG).decode(),
     }
-    history = await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid))
+    history = await stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=sid))
     message = history.entries[1].message
     assert message.content[1].image.data == PNG
 
@@ -200,12 +203,12 @@ async def test_invalid_input_is_rejected_before_anything_is_written(stub: Stub, 
         ([content_pb2.ContentPart()], "input[0]"),
     ]
     for parts, field in cases:
-        error = await rpc_error(stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=parts)))
+        error = await rpc_error(stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=parts)))
         assert error.code == grpc.StatusCode.INVALID_ARGUMENT, field
         assert error.field_violations[0][0] == field
-    tool_result_error = await rpc_error(stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=cases[4][0])))
+    tool_result_error = await rpc_error(stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=cases[4][0])))
     assert "SubmitHostedToolResult" in tool_result_error.message
-    session = (await stub.GetSession(api.GetSessionRequest(session_id=sid))).session
+    session = (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session
     assert (session.last_sequence, session.history_message_count) == (0, 0)
     assert fake_model.requests == []
 
@@ -217,11 +220,11 @@ async def test_no_api_key_fails_before_anything_is_written(
     async with grpc.aio.insecure_channel(server.address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         sid = (await create_session(stub)).identity.session_id
-        error = await rpc_error(stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("hi"))))
+        error = await rpc_error(stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("hi"))))
         assert (error.code, error.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "NO_API_KEY")
-        history = await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid))
+        history = await stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=sid))
         assert list(history.entries) == []
-        assert (await stub.GetSession(api.GetSessionRequest(session_id=sid))).session.last_sequence == 0
+        assert (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session.last_sequence == 0
         assert fake_model.requests == []
         # A key given on create lives in memory only and makes the session usable.
         keyed = await create_session(stub, api_key="sk-ant-session-key-9999")
@@ -287,20 +290,20 @@ async def test_second_turn_while_running_is_session_busy(stub: Stub, fake_model:
     sid = (await create_session(stub)).identity.session_id
     hang = HangReply(after_events=4, reply=TextReply("partial rest", chunks=["partial ", "rest"]))
     fake_model.enqueue(hang)
-    first = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("long task")))
+    first = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("long task")))
     seen = []
     async for response in first:
         seen.append(response.event)
         if response.event.WhichOneof("event") == "assistant_delta":
             break
-    error = await rpc_error(stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("me too"))))
+    error = await rpc_error(stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("me too"))))
     assert (error.code, error.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "SESSION_BUSY")
     assert error.metadata == {"active_run_id": seen[0].run_id, "state": "RUNNING"}
     hang.release()
     rest = [r.event async for r in first]
     assert text_of(seen + rest) == "partial rest"
     assert last_of(rest, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
-    history = await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid))
+    history = await stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=sid))
     assert [e.message.content[0].text.text for e in history.entries if e.WhichOneof("entry") == "message"] == [
         "long task"
     ]
@@ -312,7 +315,7 @@ async def test_client_cancel_mid_stream_stops_the_run_and_leaves_the_session_usa
     sid = (await create_session(stub)).identity.session_id
     hang = HangReply(after_events=4, reply=TextReply("partial rest", chunks=["partial ", "rest"]))
     fake_model.enqueue(hang)
-    call = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("long task")))
+    call = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("long task")))
     async for response in call:
         if response.event.WhichOneof("event") == "assistant_delta":
             break
@@ -327,7 +330,7 @@ async def test_client_cancel_mid_stream_stops_the_run_and_leaves_the_session_usa
         event_pb2.RUN_OUTCOME_STOPPED,
         event_pb2.RUN_REASON_CANCELLED,
     )
-    history = await stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid))
+    history = await stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=sid))
     assistant = [e.assistant for e in history.entries if e.WhichOneof("entry") == "assistant"]
     assert [(a.text, a.aborted) for a in assistant] == [("partial ", True)]
     fake_model.enqueue(TextReply("fresh"))
@@ -346,10 +349,10 @@ async def test_on_disconnect_continue_keeps_the_run_going(stub: Stub, fake_model
     hang = HangReply(after_events=4, reply=TextReply("partial rest", chunks=["partial ", "rest"]))
     fake_model.enqueue(hang)
     call = stub.StreamTurn(
-        api.StreamTurnRequest(
+        turn_api.StreamTurnRequest(
             session_id=sid,
             input=text_input("keep going"),
-            options=api.TurnOptions(on_disconnect=api.ON_DISCONNECT_CONTINUE),
+            options=turn_api.TurnOptions(on_disconnect=turn_api.ON_DISCONNECT_CONTINUE),
         )
     )
     async for response in call:
@@ -374,7 +377,7 @@ async def test_stream_turn_is_idempotent_with_request_id(stub: Stub, fake_model:
     assert again[-1] == first[-1]
     assert text_of(again) == "only once"
     error = await rpc_error(
-        stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("other"), request_id="turn-1"))
+        stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("other"), request_id="turn-1"))
     )
     assert error.reason == "REQUEST_ID_REUSED"
 
@@ -437,7 +440,7 @@ async def test_unknown_tool_is_an_error_result_and_the_loop_continues(stub: Stub
 async def test_watch_replays_then_follows_live_without_gaps(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = (await create_session(stub)).identity.session_id
     first = await stream_turn(stub, sid, "one")
-    watch = stub.WatchSession(api.WatchSessionRequest(session_id=sid, after_sequence=0))
+    watch = stub.WatchSession(turn_api.WatchSessionRequest(session_id=sid, after_sequence=0))
     received: list[event_pb2.SessionEvent] = []
 
     async def consume() -> None:
@@ -458,7 +461,7 @@ async def test_watch_replays_then_follows_live_without_gaps(stub: Stub, fake_mod
 async def test_run_finished_error_status_decodes_like_an_rpc_error(server: RunningServer, stub: Stub) -> None:
     # decode_error is shared by tests; make sure a plain NOT_FOUND decodes with domain and reason.
     try:
-        await stub.GetSession(api.GetSessionRequest(session_id="nope"))
+        await stub.GetSession(session_api.GetSessionRequest(session_id="nope"))
     except grpc.aio.AioRpcError as exc:
         decoded = decode_error(exc)
         assert decoded.reason == "SESSION_NOT_FOUND"
@@ -487,7 +490,7 @@ async def test_event_retention_expires_old_cursors(server_factory: ServerFactory
                 break
             await asyncio.sleep(0.01)
         assert oldest == events[-1].sequence - 2
-        error = await rpc_error(stub.WatchSession(api.WatchSessionRequest(session_id=sid, after_sequence=0)))
+        error = await rpc_error(stub.WatchSession(turn_api.WatchSessionRequest(session_id=sid, after_sequence=0)))
         assert (error.code, error.reason) == (grpc.StatusCode.OUT_OF_RANGE, "EVENTS_EXPIRED")
         assert error.metadata == {"oldest_sequence": str(oldest)}
         tail = await events_after(stub, sid, oldest - 1, events[-1].sequence)
@@ -527,7 +530,7 @@ async def test_a_profile_of_another_tenant_says_so_rather_than_asking_for_a_key(
     async with grpc.aio.insecure_channel(server.address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         sid = (await create_session(stub, auth_profile_id="team")).identity.session_id
-        error = await rpc_error(stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("hi"))))
+        error = await rpc_error(stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("hi"))))
         assert (error.code, error.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "NO_API_KEY")
         assert error.message == "the session's auth profile 'team' is not available to tenant 'default'"
         assert "ANTHROPIC_API_KEY" not in error.message

@@ -12,8 +12,16 @@ import grpc
 import pytest
 
 from general_agent.testing import FakeAnthropic, HangReply, Reply, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import event_pb2, hook_pb2, hook_service_pb2, hook_service_pb2_grpc, session_pb2
+from general_agent.v1 import (
+    event_pb2,
+    hook_pb2,
+    hook_registration_pb2,
+    hook_service_pb2,
+    hook_service_pb2_grpc,
+    session_pb2,
+)
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of
@@ -70,16 +78,16 @@ async def test_subagent_round_trip(stub: Stub, fake_model: FakeAnthropic) -> Non
     assert parent_again.messages[-1]["content"][0]["content"] == "The sky is blue."
 
     # The child is a stored session of the parent, listed only when asked.
-    listed = await stub.ListSessions(api.ListSessionsRequest())
+    listed = await stub.ListSessions(session_api.ListSessionsRequest())
     assert [s.identity.session_id for s in listed.sessions] == [sid]
-    children = await stub.ListSessions(api.ListSessionsRequest(parent_session_id=sid))
+    children = await stub.ListSessions(session_api.ListSessionsRequest(parent_session_id=sid))
     assert [(s.identity.session_id, s.parent_session_id) for s in children.sessions] == [(child_id, sid)]
-    everything = await stub.ListSessions(api.ListSessionsRequest(include_children=True))
+    everything = await stub.ListSessions(session_api.ListSessionsRequest(include_children=True))
     assert sorted(s.identity.session_id for s in everything.sessions) == sorted([sid, child_id])
 
     # Deleting the parent deletes its children.
-    assert (await stub.DeleteSession(api.DeleteSessionRequest(session_id=sid))).deleted
-    remaining = await stub.ListSessions(api.ListSessionsRequest(include_children=True))
+    assert (await stub.DeleteSession(session_api.DeleteSessionRequest(session_id=sid))).deleted
+    remaining = await stub.ListSessions(session_api.ListSessionsRequest(include_children=True))
     assert list(remaining.sessions) == []
 
 
@@ -122,22 +130,22 @@ async def test_stopping_the_parent_stops_the_child(stub: Stub, fake_model: FakeA
     sid = await new_session(stub)
     hang = HangReply(after_events=2, reply=TextReply("never"))
     fake_model.enqueue(spawn("toolu_s1", instructions="i", task="t"), hang)
-    call = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("delegate")))
+    call = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("delegate")))
     seen = []
     async for response in call:
         seen.append(response.event)
         if response.event.WhichOneof("event") == "tool_call":
             break
     await fake_model.wait_for_requests(2)
-    children = await stub.ListSessions(api.ListSessionsRequest(parent_session_id=sid))
+    children = await stub.ListSessions(session_api.ListSessionsRequest(parent_session_id=sid))
     (child,) = children.sessions
-    stop = await stub.RequestStop(api.RequestStopRequest(session_id=sid))
+    stop = await stub.RequestStop(turn_api.RequestStopRequest(session_id=sid))
     assert stop.run_id
     rest = [response.event async for response in call]
     finished = last_of(seen + rest, "run_finished")
     assert finished.outcome == event_pb2.RUN_OUTCOME_STOPPED
     # The child's run ended too (stopped, not left running), and its model request was dropped.
-    child_session = (await stub.GetSession(api.GetSessionRequest(session_id=child.identity.session_id))).session
+    child_session = (await stub.GetSession(session_api.GetSessionRequest(session_id=child.identity.session_id))).session
     assert child_session.state == session_pb2.SESSION_STATE_IDLE
     child_events = await events_after(stub, child.identity.session_id, 0, child_session.last_sequence)
     assert last_of(child_events, "run_finished").outcome == event_pb2.RUN_OUTCOME_STOPPED
@@ -184,11 +192,16 @@ async def hook_host() -> AsyncIterator[tuple[SubagentHooks, str, grpc.aio.Server
 async def register(stub: Stub, address: str) -> None:
     names = ("subagent_spawning", "subagent_delivery_target", "subagent_spawned", "subagent_ended")
     await stub.RegisterHooks(
-        api.RegisterHooksRequest(
-            registration=hook_pb2.HookRegistration(
+        hook_registration_pb2.RegisterHooksRequest(
+            registration=hook_registration_pb2.HookRegistration(
                 plugin_id="sub-hooks",
-                target=hook_pb2.HookTarget(address=address),
-                hooks=[hook_pb2.HookBinding(name=hook_pb2.HookName.Value(f"HOOK_NAME_{n.upper()}")) for n in names],
+                target=hook_registration_pb2.HookTarget(address=address),
+                hooks=[
+                    hook_registration_pb2.HookBinding(
+                        name=hook_registration_pb2.HookName.Value(f"HOOK_NAME_{n.upper()}")
+                    )
+                    for n in names
+                ],
             )
         )
     )
@@ -226,5 +239,5 @@ async def test_a_spawning_hook_can_refuse(
     assert last_of(events, "tool_error").error == "Subagent failed: no subagents today"
     assert len(fake_model.requests) == 2  # no child request was made
     assert host.seen == ["subagent_spawning:subagent"]
-    children = await stub.ListSessions(api.ListSessionsRequest(parent_session_id=sid))
+    children = await stub.ListSessions(session_api.ListSessionsRequest(parent_session_id=sid))
     assert list(children.sessions) == []

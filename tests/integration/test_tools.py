@@ -15,8 +15,8 @@ import grpc
 import pytest
 
 from general_agent.testing import FakeAnthropic, Reply, TextBlock, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
 from tests.conftest import ServerFactory
 from tests.support.events import ONE_TOOL_THEN_TEXT, kinds, last_of
 from tests.support.rpc import Stub, create_session, stream_turn
@@ -123,7 +123,7 @@ async def test_read_happy_path(env: Env, fake_model: FakeAnthropic) -> None:
         }
     ]
     # The transcript keeps the call and its result.
-    history = await env.stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=sid))
+    history = await env.stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=sid))
     entries = [e.WhichOneof("entry") for e in history.entries]
     assert entries == ["system_prompt", "message", "tool_call", "tool_result", "assistant"]
     stored = history.entries[3].tool_result

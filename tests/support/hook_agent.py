@@ -12,8 +12,8 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import agent_service_pb2_grpc, hook_pb2
+from general_agent.v1 import agent_service_pb2_grpc, hook_registration_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent_server.app import RunningServer
 from tests.conftest import ServerFactory
 from tests.support.hook_host import Answer, HookHost, registration
@@ -42,14 +42,14 @@ class Agent:
         return host
 
     async def register(
-        self, plugin_id: str, address: str, bindings: list[hook_pb2.HookBinding] | tuple[str, ...]
-    ) -> hook_pb2.HookRegistration:
-        request = api.RegisterHooksRequest(registration=registration(plugin_id, address, bindings))
+        self, plugin_id: str, address: str, bindings: list[hook_registration_pb2.HookBinding] | tuple[str, ...]
+    ) -> hook_registration_pb2.HookRegistration:
+        request = hook_registration_pb2.RegisterHooksRequest(registration=registration(plugin_id, address, bindings))
         response = await self.stub.RegisterHooks(request)
         return response.registration
 
     async def history(self, session_id: str) -> list[Any]:
-        response = await self.stub.GetSessionHistory(api.GetSessionHistoryRequest(session_id=session_id))
+        response = await self.stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=session_id))
         return list(response.entries)
 
 

@@ -19,7 +19,7 @@ from typing import Any, Final
 import grpc
 from google.protobuf.message import Message
 
-from general_agent.v1 import hook_pb2, hook_service_pb2
+from general_agent.v1 import hook_registration_pb2, hook_service_pb2
 
 ServicerContext = grpc.aio.ServicerContext[Any, Any]
 # Gets the typed request and the servicer context; returns the hook's typed result (e.g.
@@ -185,12 +185,16 @@ def binding(
     *,
     priority: int = 0,
     timeout: float | None = None,
-    failure_policy: hook_pb2.HookFailurePolicy.ValueType = hook_pb2.HOOK_FAILURE_POLICY_UNSPECIFIED,
-    include_messages: hook_pb2.HookIncludeMessages.ValueType = hook_pb2.HOOK_INCLUDE_MESSAGES_UNSPECIFIED,
+    failure_policy: hook_registration_pb2.HookFailurePolicy.ValueType = (
+        hook_registration_pb2.HOOK_FAILURE_POLICY_UNSPECIFIED
+    ),
+    include_messages: hook_registration_pb2.HookIncludeMessages.ValueType = (
+        hook_registration_pb2.HOOK_INCLUDE_MESSAGES_UNSPECIFIED
+    ),
     last_n: int = 0,
-) -> hook_pb2.HookBinding:
-    result = hook_pb2.HookBinding(
-        name=hook_pb2.HookName.Value(f"HOOK_NAME_{name.upper()}"),
+) -> hook_registration_pb2.HookBinding:
+    result = hook_registration_pb2.HookBinding(
+        name=hook_registration_pb2.HookName.Value(f"HOOK_NAME_{name.upper()}"),
         priority=priority,
         failure_policy=failure_policy,
         include_messages=include_messages,
@@ -204,15 +208,15 @@ def binding(
 def registration(
     plugin_id: str,
     address: str,
-    bindings: Iterable[hook_pb2.HookBinding | str],
+    bindings: Iterable[hook_registration_pb2.HookBinding | str],
     *,
-    tls: hook_pb2.HookTls | None = None,
-) -> hook_pb2.HookRegistration:
+    tls: hook_registration_pb2.HookTls | None = None,
+) -> hook_registration_pb2.HookRegistration:
     """Bindings given by name get the defaults."""
-    target = hook_pb2.HookTarget(address=address)
+    target = hook_registration_pb2.HookTarget(address=address)
     if tls is not None:
         target.tls.CopyFrom(tls)
-    return hook_pb2.HookRegistration(
+    return hook_registration_pb2.HookRegistration(
         plugin_id=plugin_id,
         target=target,
         hooks=[binding(b) if isinstance(b, str) else b for b in bindings],

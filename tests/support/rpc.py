@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 
-from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, content_pb2, session_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 
 if TYPE_CHECKING:
     # The async stub type exists only in the generated .pyi (mypy-protobuf); at run time it is the same class.
@@ -69,20 +70,20 @@ def text_input(*texts: str) -> list[content_pb2.ContentPart]:
 async def create_session(stub: Stub, **session_fields: Any) -> session_pb2.Session:
     request_fields = {k: session_fields.pop(k) for k in ("request_id", "api_key") if k in session_fields}
     response = await stub.CreateSession(
-        api.CreateSessionRequest(session=session_pb2.Session(**session_fields), **request_fields)
+        session_api.CreateSessionRequest(session=session_pb2.Session(**session_fields), **request_fields)
     )
     return response.session
 
 
 async def stream_turn(stub: Stub, session_id: str, *texts: str, **request_fields: Any) -> list[Any]:
-    request = api.StreamTurnRequest(session_id=session_id, input=text_input(*texts), **request_fields)
+    request = turn_api.StreamTurnRequest(session_id=session_id, input=text_input(*texts), **request_fields)
     return [response.event async for response in stub.StreamTurn(request)]
 
 
 async def events_after(stub: Stub, session_id: str, after: int, until_sequence: int) -> list[Any]:
     """Replays the durable log up to a known sequence (WatchSession)."""
     events = []
-    call = stub.WatchSession(api.WatchSessionRequest(session_id=session_id, after_sequence=after))
+    call = stub.WatchSession(turn_api.WatchSessionRequest(session_id=session_id, after_sequence=after))
     async for response in call:
         events.append(response.event)
         if response.event.sequence >= until_sequence:

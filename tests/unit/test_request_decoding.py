@@ -12,8 +12,10 @@ import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory, struct_pb2
 from google.protobuf.message import Message
 
-from general_agent.v1 import agent_service_pb2 as api
-from general_agent.v1 import event_pb2, session_pb2, tool_pb2
+from general_agent.v1 import event_pb2, hook_registration_pb2, hosted_tool_pb2, session_pb2
+from general_agent.v1 import run_session_pb2 as run_session_api
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.api.decoding import InvalidRequest, check_request, decode_request
 from general_agent_server.domain.errors import ErrorCode, ServiceError, quoted
 from general_agent_server.domain.json_values import MAX_JSON_DEPTH, json_depth, parse_json
@@ -88,10 +90,10 @@ def test_json_inside_a_repeated_map_value_names_the_field_holding_it() -> None:
 
 
 def test_hook_binding_enums_are_invalid_hook() -> None:
-    request = api.RegisterHooksRequest()
+    request = hook_registration_pb2.RegisterHooksRequest()
     request.registration.hooks.add(name=999)
     assert refused(request) == ("INVALID_HOOK", "registration.hooks[0].name", "999 is not a value of HookName")
-    session = api.CreateSessionRequest()
+    session = session_api.CreateSessionRequest()
     session.session.thinking.mode = 9  # type: ignore[assignment]
     assert refused(session) == ("INVALID_ARGUMENT", "session.thinking.mode", "9 is not a value of ThinkingMode")
 
@@ -106,13 +108,13 @@ def nested_value(depth: int) -> struct_pb2.Value:
 
 
 def test_json_depth_limit_in_values() -> None:
-    check_request(api.SubmitHostedToolResultRequest(output=nested_value(MAX_JSON_DEPTH)))
-    assert refused(api.SubmitHostedToolResultRequest(output=nested_value(MAX_JSON_DEPTH + 1))) == (
+    check_request(turn_api.SubmitHostedToolResultRequest(output=nested_value(MAX_JSON_DEPTH)))
+    assert refused(turn_api.SubmitHostedToolResultRequest(output=nested_value(MAX_JSON_DEPTH + 1))) == (
         "INVALID_ARGUMENT",
         "output",
         f"is nested deeper than {MAX_JSON_DEPTH} levels",
     )
-    request = api.SubmitHostedToolResultRequest()
+    request = turn_api.SubmitHostedToolResultRequest()
     request.details.struct_value.fields["n"].null_value = 3  # type: ignore[assignment]
     assert refused(request)[1:] == ("details", "holds null_value 3 at /n; only 0 is null")
 
@@ -124,17 +126,17 @@ def test_the_depth_limit_keeps_the_deepest_responses_decodable() -> None:
     event = event_pb2.SessionEvent(tool_result=event_pb2.ToolResultEvent(details=details))
     schema = struct_pb2.Struct()
     schema.update({"type": "object", "x": json.loads(json_format.MessageToJson(nested_value(MAX_JSON_DEPTH - 1)))})
-    session = session_pb2.Session(hosted_tools=[tool_pb2.HostedToolDefinition(input_schema=schema)])
+    session = session_pb2.Session(hosted_tools=[hosted_tool_pb2.HostedToolDefinition(input_schema=schema)])
     for response in (
-        api.RunSessionResponse(event=event),
-        api.SubmitHostedToolResultResponse(event=event),
-        api.ListSessionsResponse(sessions=[session]),
+        run_session_api.RunSessionResponse(event=event),
+        turn_api.SubmitHostedToolResultResponse(event=event),
+        session_api.ListSessionsResponse(sessions=[session]),
     ):
         assert type(response).FromString(response.SerializeToString()) == response
 
 
 def test_durations_and_timestamps_out_of_their_ranges() -> None:
-    request = api.CreateSessionRequest()
+    request = session_api.CreateSessionRequest()
     request.session.limits.run_deadline.seconds = 10**12
     assert refused(request)[1:] == ("session.limits.run_deadline", "is not a valid google.protobuf.Duration")
     request.session.limits.run_deadline.seconds, request.session.limits.run_deadline.nanos = 5, -1
@@ -152,10 +154,10 @@ def test_durations_and_timestamps_out_of_their_ranges() -> None:
     ],
 )
 def test_undecodable_bytes_name_the_request_without_parser_internals(data: bytes, why: str) -> None:
-    result = decode_request(api.GetSessionRequest, data)
+    result = decode_request(session_api.GetSessionRequest, data)
     assert isinstance(result, InvalidRequest)
     assert violation(result.error) == ("INVALID_ARGUMENT", "GetSessionRequest", f"could not be decoded: {why}")
-    assert decode_request(api.GetSessionRequest, b"\x0a\x01s") == api.GetSessionRequest(session_id="s")
+    assert decode_request(session_api.GetSessionRequest, b"\x0a\x01s") == session_api.GetSessionRequest(session_id="s")
 
 
 @pytest.mark.parametrize(

@@ -18,14 +18,12 @@ import { create } from "@bufbuild/protobuf";
 import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import {
-  AgentService,
-  CreateSessionRequestSchema,
-  StreamTurnRequestSchema,
-} from "./gen/general_agent/v1/agent_service_pb.js";
+import { AgentService } from "./gen/general_agent/v1/agent_service_pb.js";
 import { ContentPartSchema } from "./gen/general_agent/v1/content_pb.js";
 import { RunOutcome, RunOutcomeSchema, type RunFinishedEvent } from "./gen/general_agent/v1/event_pb.js";
+import { CreateSessionRequestSchema } from "./gen/general_agent/v1/session_messages_pb.js";
 import { SessionMode } from "./gen/general_agent/v1/session_pb.js";
+import { StreamTurnRequestSchema } from "./gen/general_agent/v1/turn_pb.js";
 
 const OVERALL_TIMEOUT_MS = 30_000;
 

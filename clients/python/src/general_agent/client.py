@@ -38,12 +38,14 @@ import grpc
 from general_agent.errors import AgentError
 from general_agent.events import is_run_finished, outcome_name, text_of
 from general_agent.v1 import (
-    agent_service_pb2,
     agent_service_pb2_grpc,
     content_pb2,
     event_pb2,
+    server_info_pb2,
+    session_messages_pb2,
     session_pb2,
     transcript_pb2,
+    turn_pb2,
 )
 
 if TYPE_CHECKING:
@@ -310,16 +312,16 @@ class AgentClient:
             proto.model_ref = model_ref
         if labels:
             proto.labels.update(labels)
-        request = agent_service_pb2.CreateSessionRequest(session=proto, request_id=request_id, api_key=api_key)
-        response: agent_service_pb2.CreateSessionResponse = await self._unary(
+        request = session_messages_pb2.CreateSessionRequest(session=proto, request_id=request_id, api_key=api_key)
+        response: session_messages_pb2.CreateSessionResponse = await self._unary(
             self._stub.CreateSession, request, timeout
         )
         return response.session
 
     async def get_session(self, session_id: str, *, timeout: Timeout = _DEFAULT) -> session_pb2.Session:
         """Returns the session. Raises SessionNotFound."""
-        request = agent_service_pb2.GetSessionRequest(session_id=session_id)
-        response: agent_service_pb2.GetSessionResponse = await self._unary(self._stub.GetSession, request, timeout)
+        request = session_messages_pb2.GetSessionRequest(session_id=session_id)
+        response: session_messages_pb2.GetSessionResponse = await self._unary(self._stub.GetSession, request, timeout)
         return response.session
 
     async def list_sessions_page(
@@ -335,7 +337,7 @@ class AgentClient:
         timeout: Timeout = _DEFAULT,
     ) -> tuple[list[session_pb2.Session], str]:
         """One page of sessions (newest first) and the next page token (``""`` on the last page)."""
-        request = agent_service_pb2.ListSessionsRequest(
+        request = session_messages_pb2.ListSessionsRequest(
             page_size=page_size,
             page_token=page_token,
             session_key_prefix=session_key_prefix,
@@ -344,7 +346,9 @@ class AgentClient:
             parent_session_id=parent_session_id,
             include_children=include_children,
         )
-        response: agent_service_pb2.ListSessionsResponse = await self._unary(self._stub.ListSessions, request, timeout)
+        response: session_messages_pb2.ListSessionsResponse = await self._unary(
+            self._stub.ListSessions, request, timeout
+        )
         return list(response.sessions), response.next_page_token
 
     async def list_sessions(
@@ -379,8 +383,8 @@ class AgentClient:
 
     async def delete_session(self, session_id: str, *, request_id: str = "", timeout: Timeout = _DEFAULT) -> bool:
         """Deletes the session and all it owns; False when it did not exist."""
-        request = agent_service_pb2.DeleteSessionRequest(session_id=session_id, request_id=request_id)
-        response: agent_service_pb2.DeleteSessionResponse = await self._unary(
+        request = session_messages_pb2.DeleteSessionRequest(session_id=session_id, request_id=request_id)
+        response: session_messages_pb2.DeleteSessionResponse = await self._unary(
             self._stub.DeleteSession, request, timeout
         )
         return response.deleted
@@ -406,10 +410,10 @@ class AgentClient:
             max_tokens=max_tokens,
             auth_profile_id=auth_profile_id,
         )
-        request = agent_service_pb2.ResumeSessionRequest(
+        request = session_messages_pb2.ResumeSessionRequest(
             session_id=session_id, overrides=overrides, request_id=request_id
         )
-        response: agent_service_pb2.ResumeSessionResponse = await self._unary(
+        response: session_messages_pb2.ResumeSessionResponse = await self._unary(
             self._stub.ResumeSession, request, timeout
         )
         return response.session
@@ -418,18 +422,20 @@ class AgentClient:
         self, session_id: str, reason: str = "manual", *, request_id: str = "", timeout: Timeout = _DEFAULT
     ) -> session_pb2.Session:
         """Stops any run and clears the model history; identity, config and numbering stay."""
-        request = agent_service_pb2.ResetSessionRequest(session_id=session_id, reason=reason, request_id=request_id)
-        response: agent_service_pb2.ResetSessionResponse = await self._unary(self._stub.ResetSession, request, timeout)
+        request = session_messages_pb2.ResetSessionRequest(session_id=session_id, reason=reason, request_id=request_id)
+        response: session_messages_pb2.ResetSessionResponse = await self._unary(
+            self._stub.ResetSession, request, timeout
+        )
         return response.session
 
     async def history_page(
         self, session_id: str, *, page_size: int = 0, page_token: str = "", timeout: Timeout = _DEFAULT
     ) -> tuple[list[transcript_pb2.TranscriptEntry], str]:
         """One page of transcript entries and the next page token (``""`` on the last page)."""
-        request = agent_service_pb2.GetSessionHistoryRequest(
+        request = session_messages_pb2.GetSessionHistoryRequest(
             session_id=session_id, page_size=page_size, page_token=page_token
         )
-        response: agent_service_pb2.GetSessionHistoryResponse = await self._unary(
+        response: session_messages_pb2.GetSessionHistoryResponse = await self._unary(
             self._stub.GetSessionHistory, request, timeout
         )
         return list(response.entries), response.next_page_token
@@ -468,12 +474,12 @@ class AgentClient:
         Errors before the run starts (SessionNotFound, SessionBusy, NoApiKey, INVALID_ARGUMENT)
         raise; run failures arrive as a ``run_finished`` event instead.
         """
-        request = agent_service_pb2.StreamTurnRequest(
+        request = turn_pb2.StreamTurnRequest(
             session_id=session_id,
             input=_parts(text_or_parts, images),
-            options=agent_service_pb2.TurnOptions(
-                busy_policy=agent_service_pb2.BusyPolicy.Value(f"BUSY_POLICY_{busy_policy}"),
-                on_disconnect=agent_service_pb2.OnDisconnect.Value(f"ON_DISCONNECT_{on_disconnect}"),
+            options=turn_pb2.TurnOptions(
+                busy_policy=turn_pb2.BusyPolicy.Value(f"BUSY_POLICY_{busy_policy}"),
+                on_disconnect=turn_pb2.OnDisconnect.Value(f"ON_DISCONNECT_{on_disconnect}"),
             ),
             request_id=request_id,
         )
@@ -487,7 +493,7 @@ class AgentClient:
         only), then live events, until the caller stops iterating. Resume after a disconnect with
         the last ``sequence`` seen. Raises AgentError OUT_OF_RANGE ``EVENTS_EXPIRED`` for a cursor older
         than retention."""
-        request = agent_service_pb2.WatchSessionRequest(session_id=session_id, after_sequence=after_sequence)
+        request = turn_pb2.WatchSessionRequest(session_id=session_id, after_sequence=after_sequence)
         async for response in self._server_stream(self._stub.WatchSession, request, timeout):
             yield response.event
 
@@ -518,10 +524,10 @@ class AgentClient:
         )
 
     # ------------------------------------------------------------------ server
-    async def server_info(self, *, timeout: Timeout = _DEFAULT) -> agent_service_pb2.GetServerInfoResponse:
+    async def server_info(self, *, timeout: Timeout = _DEFAULT) -> server_info_pb2.GetServerInfoResponse:
         """Version, API version, capabilities, limits and the default model ref."""
-        response: agent_service_pb2.GetServerInfoResponse = await self._unary(
-            self._stub.GetServerInfo, agent_service_pb2.GetServerInfoRequest(), timeout
+        response: server_info_pb2.GetServerInfoResponse = await self._unary(
+            self._stub.GetServerInfo, server_info_pb2.GetServerInfoRequest(), timeout
         )
         return response
 

@@ -49,7 +49,7 @@ from google.protobuf import duration_pb2
 from google.protobuf.message import Message
 
 from general_agent.client import DEFAULT_TIMEOUT, AgentClient
-from general_agent.v1 import agent_service_pb2, hook_pb2, hook_service_pb2
+from general_agent.v1 import hook_pb2, hook_registration_pb2, hook_service_pb2
 
 if TYPE_CHECKING:
     from google.protobuf.descriptor import FieldDescriptor, MethodDescriptor
@@ -84,7 +84,7 @@ class _HookSpec:
 
     name: str
     path: str
-    enum_value: hook_pb2.HookName.ValueType
+    enum_value: hook_registration_pb2.HookName.ValueType
     request_type: type[Message]
     response_type: type[Message]
     result_type: type[Message] | None
@@ -96,7 +96,7 @@ def _spec(service_name: str, method: MethodDescriptor) -> _HookSpec:
     return _HookSpec(
         name=name,
         path=f"/{service_name}/{method.name}",
-        enum_value=hook_pb2.HookName.Value(f"HOOK_NAME_{name.upper()}"),
+        enum_value=hook_registration_pb2.HookName.Value(f"HOOK_NAME_{name.upper()}"),
         request_type=getattr(hook_service_pb2, method.input_type.name),
         response_type=getattr(hook_service_pb2, method.output_type.name),
         result_type=None if result_field is None else _message_class(result_field),
@@ -127,12 +127,12 @@ class _Binding:
     handler: HookHandler[Any, Any]
     priority: int
     timeout: float | None
-    failure_policy: hook_pb2.HookFailurePolicy.ValueType
-    include_messages: hook_pb2.HookIncludeMessages.ValueType
+    failure_policy: hook_registration_pb2.HookFailurePolicy.ValueType
+    include_messages: hook_registration_pb2.HookIncludeMessages.ValueType
     last_n: int
 
-    def to_proto(self) -> hook_pb2.HookBinding:
-        binding = hook_pb2.HookBinding(
+    def to_proto(self) -> hook_registration_pb2.HookBinding:
+        binding = hook_registration_pb2.HookBinding(
             name=self.spec.enum_value,
             priority=self.priority,
             failure_policy=self.failure_policy,
@@ -150,23 +150,23 @@ def _duration(seconds: float) -> duration_pb2.Duration:
     return duration
 
 
-def _failure_policy(value: FailurePolicyName | int | None) -> hook_pb2.HookFailurePolicy.ValueType:
+def _failure_policy(value: FailurePolicyName | int | None) -> hook_registration_pb2.HookFailurePolicy.ValueType:
     if value is None:
-        return hook_pb2.HOOK_FAILURE_POLICY_UNSPECIFIED
+        return hook_registration_pb2.HOOK_FAILURE_POLICY_UNSPECIFIED
     if isinstance(value, str):
-        return hook_pb2.HookFailurePolicy.Value(f"HOOK_FAILURE_POLICY_{value}")
-    policy = hook_pb2.HookFailurePolicy.ValueType(value)
-    hook_pb2.HookFailurePolicy.Name(policy)  # raises ValueError for an unknown number
+        return hook_registration_pb2.HookFailurePolicy.Value(f"HOOK_FAILURE_POLICY_{value}")
+    policy = hook_registration_pb2.HookFailurePolicy.ValueType(value)
+    hook_registration_pb2.HookFailurePolicy.Name(policy)  # raises ValueError for an unknown number
     return policy
 
 
-def _include_messages(value: IncludeMessagesName | int | None) -> hook_pb2.HookIncludeMessages.ValueType:
+def _include_messages(value: IncludeMessagesName | int | None) -> hook_registration_pb2.HookIncludeMessages.ValueType:
     if value is None:
-        return hook_pb2.HOOK_INCLUDE_MESSAGES_UNSPECIFIED
+        return hook_registration_pb2.HOOK_INCLUDE_MESSAGES_UNSPECIFIED
     if isinstance(value, str):
-        return hook_pb2.HookIncludeMessages.Value(f"HOOK_INCLUDE_MESSAGES_{value}")
-    include = hook_pb2.HookIncludeMessages.ValueType(value)
-    hook_pb2.HookIncludeMessages.Name(include)  # raises ValueError for an unknown number
+        return hook_registration_pb2.HookIncludeMessages.Value(f"HOOK_INCLUDE_MESSAGES_{value}")
+    include = hook_registration_pb2.HookIncludeMessages.ValueType(value)
+    hook_registration_pb2.HookIncludeMessages.Name(include)  # raises ValueError for an unknown number
     return include
 
 
@@ -189,7 +189,7 @@ def _binding(
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout}")
     include = _include_messages(include_messages)
-    if (include == hook_pb2.HOOK_INCLUDE_MESSAGES_LAST_N) != (last_n > 0):
+    if (include == hook_registration_pb2.HOOK_INCLUDE_MESSAGES_LAST_N) != (last_n > 0):
         raise ValueError("last_n must be positive with include_messages='LAST_N' and 0 otherwise")
     return _Binding(spec, handler, priority, timeout, _failure_policy(failure_policy), include, last_n)
 
@@ -355,16 +355,16 @@ class HookServer:
         return tuple(self._bindings)
 
     # ------------------------------------------------------------------ registration
-    def registration(self, target: str | None = None) -> hook_pb2.HookRegistration:
+    def registration(self, target: str | None = None) -> hook_registration_pb2.HookRegistration:
         """The registration of every handled hook, dialled at ``target`` (default: :attr:`address`).
 
         Use it directly for a session's own registrations (``Session.hook_registrations`` in CreateSession).
         """
         if not self._bindings:
             raise ValueError(f"plugin {self._plugin_id!r} has no hook handlers to register")
-        return hook_pb2.HookRegistration(
+        return hook_registration_pb2.HookRegistration(
             plugin_id=self._plugin_id,
-            target=hook_pb2.HookTarget(address=target or self.address),
+            target=hook_registration_pb2.HookTarget(address=target or self.address),
             hooks=[binding.to_proto() for binding in self._bindings.values()],
         )
 
@@ -374,16 +374,16 @@ class HookServer:
         *,
         target: str | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
-    ) -> hook_pb2.HookRegistration:
+    ) -> hook_registration_pb2.HookRegistration:
         """RegisterHooks for the caller's tenant (replacing this plugin_id's registration); returns it as stored.
 
         ``target`` is the address the server dials (default: :attr:`address`; give it when the server
         reaches this host under another name). Raises :class:`~general_agent.errors.AgentError`.
         """
-        request = agent_service_pb2.RegisterHooksRequest(registration=self.registration(target))
+        request = hook_registration_pb2.RegisterHooksRequest(registration=self.registration(target))
         agent = _agent_client(client)
         # The client's call plumbing carries its metadata (auth), a request id and AgentError decoding.
-        response: agent_service_pb2.RegisterHooksResponse = await agent._unary(
+        response: hook_registration_pb2.RegisterHooksResponse = await agent._unary(
             agent.stub.RegisterHooks, request, timeout
         )
         return response.registration
@@ -393,8 +393,8 @@ class HookServer:
     ) -> bool:
         """UnregisterHooks for this plugin_id; False when the server had no such registration."""
         agent = _agent_client(client)
-        request = agent_service_pb2.UnregisterHooksRequest(plugin_id=self._plugin_id)
-        response: agent_service_pb2.UnregisterHooksResponse = await agent._unary(
+        request = hook_registration_pb2.UnregisterHooksRequest(plugin_id=self._plugin_id)
+        response: hook_registration_pb2.UnregisterHooksResponse = await agent._unary(
             agent.stub.UnregisterHooks, request, timeout
         )
         return response.removed

@@ -11,16 +11,17 @@ from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
 from google.protobuf.message import Message
 
 from general_agent.v1 import (
-    agent_service_pb2 as api,
-)
-from general_agent.v1 import (
+    checkpoint_pb2,
     content_pb2,
     event_pb2,
-    hook_pb2,
+    hook_registration_pb2,
+    hosted_tool_pb2,
     session_pb2,
-    tool_pb2,
     transcript_pb2,
 )
+from general_agent.v1 import run_session_pb2 as run_session_api
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.api.decoding import InvalidRequest
 from general_agent_server.api.errors import status_from_detail, status_from_error
 from general_agent_server.domain import events as ev
@@ -219,7 +220,7 @@ def session_registrations(session: session_pb2.Session) -> list[HookRegistration
     ]
 
 
-def hosted_tool_from_proto(tool: tool_pb2.HostedToolDefinition, field: str) -> HostedToolDefinition:
+def hosted_tool_from_proto(tool: hosted_tool_pb2.HostedToolDefinition, field: str) -> HostedToolDefinition:
     """`input_schema_json` wins over the Struct (Struct numbers are doubles)."""
     schema: Any
     if tool.input_schema_json:
@@ -238,8 +239,8 @@ def hosted_tool_from_proto(tool: tool_pb2.HostedToolDefinition, field: str) -> H
     )
 
 
-def hosted_tool_to_proto(tool: HostedToolDefinition) -> tool_pb2.HostedToolDefinition:
-    out = tool_pb2.HostedToolDefinition(
+def hosted_tool_to_proto(tool: HostedToolDefinition) -> hosted_tool_pb2.HostedToolDefinition:
+    out = hosted_tool_pb2.HostedToolDefinition(
         name=tool.name, description=tool.description, input_schema_json=json.dumps(dict(tool.input_schema))
     )
     out.input_schema.update(dict(tool.input_schema))
@@ -333,7 +334,7 @@ def session_to_proto(view: SessionView) -> session_pb2.Session:
     return session
 
 
-def query_from_proto(request: api.ListSessionsRequest) -> SessionQuery:
+def query_from_proto(request: session_api.ListSessionsRequest) -> SessionQuery:
     return SessionQuery(
         session_key_prefix=request.session_key_prefix,
         mode=None if request.mode == session_pb2.SESSION_MODE_UNSPECIFIED else mode_from_proto(request.mode, "mode"),
@@ -346,27 +347,27 @@ def query_from_proto(request: api.ListSessionsRequest) -> SessionQuery:
 # ---------------------------------------------------------------------- turns
 
 _BUSY = {
-    api.BUSY_POLICY_UNSPECIFIED: BusyPolicy.REJECT,
-    api.BUSY_POLICY_REJECT: BusyPolicy.REJECT,
-    api.BUSY_POLICY_ENQUEUE: BusyPolicy.ENQUEUE,
-    api.BUSY_POLICY_INTERRUPT: BusyPolicy.INTERRUPT,
-    api.BUSY_POLICY_STEER: BusyPolicy.STEER,
+    turn_api.BUSY_POLICY_UNSPECIFIED: BusyPolicy.REJECT,
+    turn_api.BUSY_POLICY_REJECT: BusyPolicy.REJECT,
+    turn_api.BUSY_POLICY_ENQUEUE: BusyPolicy.ENQUEUE,
+    turn_api.BUSY_POLICY_INTERRUPT: BusyPolicy.INTERRUPT,
+    turn_api.BUSY_POLICY_STEER: BusyPolicy.STEER,
 }
 
 
 def on_disconnect_from_proto(value: int) -> OnDisconnect:
-    return OnDisconnect.CONTINUE if value == api.ON_DISCONNECT_CONTINUE else OnDisconnect.CANCEL
+    return OnDisconnect.CONTINUE if value == turn_api.ON_DISCONNECT_CONTINUE else OnDisconnect.CANCEL
 
 
-def turn_options_from_proto(options: api.TurnOptions, field: str = "options") -> TurnOptions:
-    policy = _BUSY.get(api.BusyPolicy.ValueType(options.busy_policy))
+def turn_options_from_proto(options: turn_api.TurnOptions, field: str = "options") -> TurnOptions:
+    policy = _BUSY.get(turn_api.BusyPolicy.ValueType(options.busy_policy))
     if policy is None:
         raise invalid_argument(f"{field}.busy_policy", f"unknown busy policy {options.busy_policy}")
     return TurnOptions(busy_policy=policy, on_disconnect=on_disconnect_from_proto(options.on_disconnect))
 
 
 def hosted_result_from_proto(
-    request: api.SubmitHostedToolResultRequest | api.RunSessionHostedResult, prefix: str = ""
+    request: turn_api.SubmitHostedToolResultRequest | run_session_api.RunSessionHostedResult, prefix: str = ""
 ) -> CallResult:
     """Spec 6: a string output becomes the tool text, anything else its JSON (output_json preferred);
     details default to the output; an error submit is is_error for the model. Values arrive checked
@@ -392,8 +393,8 @@ def hosted_result_from_proto(
 # ---------------------------------------------------------------------- checkpoints
 
 
-def checkpoint_to_proto(info: CheckpointInfo) -> tool_pb2.Checkpoint:
-    return tool_pb2.Checkpoint(
+def checkpoint_to_proto(info: CheckpointInfo) -> checkpoint_pb2.Checkpoint:
+    return checkpoint_pb2.Checkpoint(
         checkpoint_id=info.checkpoint_id,
         run_id=info.run_id,
         tool_call_id=info.call_id,
@@ -407,35 +408,39 @@ def checkpoint_to_proto(info: CheckpointInfo) -> tool_pb2.Checkpoint:
 # ---------------------------------------------------------------------- hooks
 
 _FAILURE_POLICIES = {
-    hook_pb2.HOOK_FAILURE_POLICY_UNSPECIFIED: FailurePolicy.DEFAULT,
-    hook_pb2.HOOK_FAILURE_POLICY_FAIL_OPEN: FailurePolicy.FAIL_OPEN,
-    hook_pb2.HOOK_FAILURE_POLICY_FAIL_CLOSED: FailurePolicy.FAIL_CLOSED,
+    hook_registration_pb2.HOOK_FAILURE_POLICY_UNSPECIFIED: FailurePolicy.DEFAULT,
+    hook_registration_pb2.HOOK_FAILURE_POLICY_FAIL_OPEN: FailurePolicy.FAIL_OPEN,
+    hook_registration_pb2.HOOK_FAILURE_POLICY_FAIL_CLOSED: FailurePolicy.FAIL_CLOSED,
 }
 _FAILURE_POLICIES_OUT = {v: k for k, v in _FAILURE_POLICIES.items()}
 _INCLUDE_MESSAGES = {
-    hook_pb2.HOOK_INCLUDE_MESSAGES_UNSPECIFIED: IncludeMessages.NONE,
-    hook_pb2.HOOK_INCLUDE_MESSAGES_NONE: IncludeMessages.NONE,
-    hook_pb2.HOOK_INCLUDE_MESSAGES_LAST_N: IncludeMessages.LAST_N,
-    hook_pb2.HOOK_INCLUDE_MESSAGES_ALL: IncludeMessages.ALL,
+    hook_registration_pb2.HOOK_INCLUDE_MESSAGES_UNSPECIFIED: IncludeMessages.NONE,
+    hook_registration_pb2.HOOK_INCLUDE_MESSAGES_NONE: IncludeMessages.NONE,
+    hook_registration_pb2.HOOK_INCLUDE_MESSAGES_LAST_N: IncludeMessages.LAST_N,
+    hook_registration_pb2.HOOK_INCLUDE_MESSAGES_ALL: IncludeMessages.ALL,
 }
 _INCLUDE_MESSAGES_OUT = {
-    IncludeMessages.NONE: hook_pb2.HOOK_INCLUDE_MESSAGES_NONE,
-    IncludeMessages.LAST_N: hook_pb2.HOOK_INCLUDE_MESSAGES_LAST_N,
-    IncludeMessages.ALL: hook_pb2.HOOK_INCLUDE_MESSAGES_ALL,
+    IncludeMessages.NONE: hook_registration_pb2.HOOK_INCLUDE_MESSAGES_NONE,
+    IncludeMessages.LAST_N: hook_registration_pb2.HOOK_INCLUDE_MESSAGES_LAST_N,
+    IncludeMessages.ALL: hook_registration_pb2.HOOK_INCLUDE_MESSAGES_ALL,
 }
 
 
 def hook_name(value: int) -> str:
     """HOOK_NAME_BEFORE_TOOL_CALL → "before_tool_call" (the wire name)."""
-    return hook_pb2.HookName.Name(hook_pb2.HookName.ValueType(value)).removeprefix("HOOK_NAME_").lower()
+    return (
+        hook_registration_pb2.HookName.Name(hook_registration_pb2.HookName.ValueType(value))
+        .removeprefix("HOOK_NAME_")
+        .lower()
+    )
 
 
 def registration_from_proto(
-    registration: hook_pb2.HookRegistration, session_id: str = "", field: str = "registration"
+    registration: hook_registration_pb2.HookRegistration, session_id: str = "", field: str = "registration"
 ) -> HookRegistrationSpec:
     bindings = []
     for index, binding in enumerate(registration.hooks):
-        if binding.name == hook_pb2.HOOK_NAME_UNSPECIFIED:
+        if binding.name == hook_registration_pb2.HOOK_NAME_UNSPECIFIED:
             raise invalid_argument(f"{field}.hooks[{index}].name", "is required", reason="INVALID_HOOK")
         bindings.append(
             HookBindingSpec(
@@ -443,10 +448,10 @@ def registration_from_proto(
                 priority=binding.priority,
                 timeout_seconds=_seconds(binding.timeout, binding.HasField("timeout")),
                 failure_policy=_FAILURE_POLICIES.get(
-                    hook_pb2.HookFailurePolicy.ValueType(binding.failure_policy), FailurePolicy.DEFAULT
+                    hook_registration_pb2.HookFailurePolicy.ValueType(binding.failure_policy), FailurePolicy.DEFAULT
                 ),
                 include_messages=_INCLUDE_MESSAGES.get(
-                    hook_pb2.HookIncludeMessages.ValueType(binding.include_messages), IncludeMessages.NONE
+                    hook_registration_pb2.HookIncludeMessages.ValueType(binding.include_messages), IncludeMessages.NONE
                 ),
                 last_n=binding.last_n,
             )
@@ -469,17 +474,17 @@ def registration_from_proto(
     )
 
 
-def registration_to_proto(spec: HookRegistrationSpec) -> hook_pb2.HookRegistration:
-    out = hook_pb2.HookRegistration(
+def registration_to_proto(spec: HookRegistrationSpec) -> hook_registration_pb2.HookRegistration:
+    out = hook_registration_pb2.HookRegistration(
         plugin_id=spec.plugin_id,
-        target=hook_pb2.HookTarget(address=spec.target),
+        target=hook_registration_pb2.HookTarget(address=spec.target),
         session_id=spec.session_id,
         tenant=spec.tenant,
     )
     if spec.tls is not None:
         # The client key is input-only: never returned.
         out.target.tls.CopyFrom(
-            hook_pb2.HookTls(
+            hook_registration_pb2.HookTls(
                 ca_cert_pem=spec.tls.ca_cert_pem,
                 server_name_override=spec.tls.server_name_override,
                 client_cert_pem=spec.tls.client_cert_pem,
@@ -487,7 +492,7 @@ def registration_to_proto(spec: HookRegistrationSpec) -> hook_pb2.HookRegistrati
         )
     for binding in spec.bindings:
         item = out.hooks.add(
-            name=hook_pb2.HookName.Value(f"HOOK_NAME_{binding.name.upper()}"),
+            name=hook_registration_pb2.HookName.Value(f"HOOK_NAME_{binding.name.upper()}"),
             priority=binding.priority,
             failure_policy=_FAILURE_POLICIES_OUT[binding.failure_policy],
             include_messages=_INCLUDE_MESSAGES_OUT[binding.include_messages],
@@ -509,7 +514,7 @@ def struct_from_dict(value: dict[str, Any]) -> struct_pb2.Struct:
 # ---------------------------------------------------------------------- RunSession
 
 
-def attach_from_proto(request: api.RunSessionRequest | InvalidRequest) -> Attach:
+def attach_from_proto(request: run_session_api.RunSessionRequest | InvalidRequest) -> Attach:
     if isinstance(request, InvalidRequest):
         raise request.error
     if request.WhichOneof("command") != "attach":
@@ -522,7 +527,9 @@ def attach_from_proto(request: api.RunSessionRequest | InvalidRequest) -> Attach
     )
 
 
-def command_from_proto(request: api.RunSessionRequest | InvalidRequest, on_disconnect: OnDisconnect) -> Command:
+def command_from_proto(
+    request: run_session_api.RunSessionRequest | InvalidRequest, on_disconnect: OnDisconnect
+) -> Command:
     """Decodes one command; a command that cannot be decoded becomes a RejectedCommand (answered with
     its error) because only protocol errors end the stream."""
     if isinstance(request, InvalidRequest):
@@ -568,21 +575,23 @@ def command_from_proto(request: api.RunSessionRequest | InvalidRequest, on_disco
 
 def _command_id(request: Message | None) -> str:
     """The command id of a RunSession message, when it could be decoded."""
-    which = request.WhichOneof("command") if isinstance(request, api.RunSessionRequest) else None
+    which = request.WhichOneof("command") if isinstance(request, run_session_api.RunSessionRequest) else None
     return str(getattr(getattr(request, which), "command_id", "")) if which else ""
 
 
-def run_output_to_proto(output: Output) -> api.RunSessionResponse:
+def run_output_to_proto(output: Output) -> run_session_api.RunSessionResponse:
     if isinstance(output, EventOut):
-        return api.RunSessionResponse(event=event_to_proto(output.event))
+        return run_session_api.RunSessionResponse(event=event_to_proto(output.event))
     if isinstance(output, HeartbeatOut):
-        return api.RunSessionResponse(heartbeat=api.Heartbeat(last_sequence=output.last_sequence))
-    result = api.CommandResult(command_id=output.command_id, run_id=output.run_id, accepted=output.accepted)
+        return run_session_api.RunSessionResponse(
+            heartbeat=run_session_api.Heartbeat(last_sequence=output.last_sequence)
+        )
+    result = run_session_api.CommandResult(command_id=output.command_id, run_id=output.run_id, accepted=output.accepted)
     if output.error is not None:
         result.status.CopyFrom(status_from_error(output.error))
     else:
         result.status.code = 0
-    return api.RunSessionResponse(command_result=result)
+    return run_session_api.RunSessionResponse(command_result=result)
 
 
 # ---------------------------------------------------------------------- content

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from general_agent.v1 import agent_service_pb2 as api
+from general_agent.v1 import server_info_pb2 as server_info_api
 from general_agent_server.config import ServerSettings
 from general_agent_server.domain.validation import InputLimits
 
 INPUT_LIMIT_NAMES = tuple(InputLimits.__dataclass_fields__)
 
 
-def server_limits(settings: ServerSettings) -> api.ServerLimits:
+def server_limits(settings: ServerSettings) -> server_info_api.ServerLimits:
     """ServerLimits of these settings. max_concurrent_runs stays 0: the server enforces no such limit."""
-    limits = api.ServerLimits(
+    limits = server_info_api.ServerLimits(
         max_model_calls_per_run=settings.max_model_calls_per_run,
         max_tool_calls_per_run=settings.max_tool_calls_per_run,
         max_queued_turns=settings.max_queued_turns,

@@ -12,9 +12,12 @@ import grpc
 from google.protobuf import json_format
 
 import general_agent_server
-from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc as api_grpc
-from general_agent.v1 import session_pb2
+from general_agent.v1 import checkpoint_pb2, hook_registration_pb2, mcp_pb2, session_pb2
+from general_agent.v1 import run_session_pb2 as run_session_api
+from general_agent.v1 import server_info_pb2 as server_info_api
+from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.agent import Agent
 from general_agent_server.api import convert
 from general_agent_server.api.decoding import InvalidRequest
@@ -96,14 +99,16 @@ def server_stream(
 
 
 class AgentServicer(api_grpc.AgentServiceServicer):
-    def __init__(self, agent: Agent, *, limits: api.ServerLimits) -> None:
+    def __init__(self, agent: Agent, *, limits: server_info_api.ServerLimits) -> None:
         self._agent = agent
         # GetServerInfo.limits, built from the server's settings (api/server_limits.py).
         self._limits = limits
 
     # ------------------------------------------------------------------ sessions
     @unary
-    async def CreateSession(self, request: api.CreateSessionRequest, context: Context) -> api.CreateSessionResponse:
+    async def CreateSession(
+        self, request: session_api.CreateSessionRequest, context: Context
+    ) -> session_api.CreateSessionResponse:
         if not request.HasField("session"):
             raise invalid_argument("session", "is required")
         view = await self._agent.sessions.create_session(
@@ -114,12 +119,14 @@ class AgentServicer(api_grpc.AgentServiceServicer):
             idem=convert.idempotency(request),
             hook_registrations=convert.session_registrations(request.session),
         )
-        return api.CreateSessionResponse(session=await self._with_registrations(view))
+        return session_api.CreateSessionResponse(session=await self._with_registrations(view))
 
     @unary
-    async def GetSession(self, request: api.GetSessionRequest, context: Context) -> api.GetSessionResponse:
+    async def GetSession(
+        self, request: session_api.GetSessionRequest, context: Context
+    ) -> session_api.GetSessionResponse:
         view = await self._agent.sessions.get_session(call_context(context), request.session_id)
-        return api.GetSessionResponse(session=await self._with_registrations(view))
+        return session_api.GetSessionResponse(session=await self._with_registrations(view))
 
     async def _with_registrations(self, view: SessionView) -> session_pb2.Session:
         """The session with its own hook registrations (as stored: never a TLS client key)."""
@@ -129,36 +136,44 @@ class AgentServicer(api_grpc.AgentServiceServicer):
         return session
 
     @unary
-    async def ListSessions(self, request: api.ListSessionsRequest, context: Context) -> api.ListSessionsResponse:
+    async def ListSessions(
+        self, request: session_api.ListSessionsRequest, context: Context
+    ) -> session_api.ListSessionsResponse:
         views, token = await self._agent.sessions.list_sessions(
             call_context(context),
             convert.query_from_proto(request),
             page_size=request.page_size,
             page_token=request.page_token,
         )
-        return api.ListSessionsResponse(sessions=[convert.session_to_proto(v) for v in views], next_page_token=token)
+        return session_api.ListSessionsResponse(
+            sessions=[convert.session_to_proto(v) for v in views], next_page_token=token
+        )
 
     @unary
-    async def DeleteSession(self, request: api.DeleteSessionRequest, context: Context) -> api.DeleteSessionResponse:
+    async def DeleteSession(
+        self, request: session_api.DeleteSessionRequest, context: Context
+    ) -> session_api.DeleteSessionResponse:
         deleted = await self._agent.sessions.delete_session(
             call_context(context), request.session_id, idem=convert.idempotency(request)
         )
-        return api.DeleteSessionResponse(deleted=deleted)
+        return session_api.DeleteSessionResponse(deleted=deleted)
 
     @unary
-    async def ResumeSession(self, request: api.ResumeSessionRequest, context: Context) -> api.ResumeSessionResponse:
+    async def ResumeSession(
+        self, request: session_api.ResumeSessionRequest, context: Context
+    ) -> session_api.ResumeSessionResponse:
         view = await self._agent.sessions.resume_session(
             call_context(context),
             request.session_id,
             convert.overrides_from_proto(request.overrides),
             idem=convert.idempotency(request),
         )
-        return api.ResumeSessionResponse(session=convert.session_to_proto(view))
+        return session_api.ResumeSessionResponse(session=convert.session_to_proto(view))
 
     @unary
     async def ContinueSession(
-        self, request: api.ContinueSessionRequest, context: Context
-    ) -> api.ContinueSessionResponse:
+        self, request: session_api.ContinueSessionRequest, context: Context
+    ) -> session_api.ContinueSessionResponse:
         if not request.HasField("identity"):
             raise invalid_argument("identity", "is required")
         view = await self._agent.sessions.continue_session(
@@ -167,10 +182,12 @@ class AgentServicer(api_grpc.AgentServiceServicer):
             convert.overrides_from_proto(request.overrides),
             idem=convert.idempotency(request),
         )
-        return api.ContinueSessionResponse(session=convert.session_to_proto(view))
+        return session_api.ContinueSessionResponse(session=convert.session_to_proto(view))
 
     @unary
-    async def ForkSession(self, request: api.ForkSessionRequest, context: Context) -> api.ForkSessionResponse:
+    async def ForkSession(
+        self, request: session_api.ForkSessionRequest, context: Context
+    ) -> session_api.ForkSessionResponse:
         view = await self._agent.forks.fork_session(
             call_context(context),
             request.source_session_id,
@@ -181,34 +198,36 @@ class AgentServicer(api_grpc.AgentServiceServicer):
             inherit_mode=request.identity.mode == session_pb2.SESSION_MODE_UNSPECIFIED,
             idem=convert.idempotency(request),
         )
-        return api.ForkSessionResponse(session=convert.session_to_proto(view))
+        return session_api.ForkSessionResponse(session=convert.session_to_proto(view))
 
     @unary
-    async def ResetSession(self, request: api.ResetSessionRequest, context: Context) -> api.ResetSessionResponse:
+    async def ResetSession(
+        self, request: session_api.ResetSessionRequest, context: Context
+    ) -> session_api.ResetSessionResponse:
         view = await self._agent.sessions.reset_session(
             call_context(context), request.session_id, request.reason, idem=convert.idempotency(request)
         )
-        return api.ResetSessionResponse(session=convert.session_to_proto(view))
+        return session_api.ResetSessionResponse(session=convert.session_to_proto(view))
 
     @unary
     async def GetSessionHistory(
-        self, request: api.GetSessionHistoryRequest, context: Context
-    ) -> api.GetSessionHistoryResponse:
+        self, request: session_api.GetSessionHistoryRequest, context: Context
+    ) -> session_api.GetSessionHistoryResponse:
         entries, token = await self._agent.sessions.get_history(
             call_context(context),
             request.session_id,
             page_size=request.page_size,
             page_token=request.page_token,
         )
-        return api.GetSessionHistoryResponse(
+        return session_api.GetSessionHistoryResponse(
             entries=[convert.transcript_to_proto(e) for e in entries], next_page_token=token
         )
 
     # ------------------------------------------------------------------ streams
     @server_stream
     async def StreamTurn(
-        self, request: api.StreamTurnRequest, context: Context
-    ) -> AsyncIterator[api.StreamTurnResponse]:
+        self, request: turn_api.StreamTurnRequest, context: Context
+    ) -> AsyncIterator[turn_api.StreamTurnResponse]:
         events = self._agent.runs.stream_turn(
             call_context(context),
             request.session_id,
@@ -217,19 +236,19 @@ class AgentServicer(api_grpc.AgentServiceServicer):
             idem=convert.idempotency(request),
         )
         async for event in events:
-            yield api.StreamTurnResponse(event=convert.event_to_proto(event))
+            yield turn_api.StreamTurnResponse(event=convert.event_to_proto(event))
 
     @server_stream
     async def WatchSession(
-        self, request: api.WatchSessionRequest, context: Context
-    ) -> AsyncIterator[api.WatchSessionResponse]:
+        self, request: turn_api.WatchSessionRequest, context: Context
+    ) -> AsyncIterator[turn_api.WatchSessionResponse]:
         after = request.after_sequence if request.HasField("after_sequence") else None
         async for event in self._agent.runs.watch(call_context(context), request.session_id, after):
-            yield api.WatchSessionResponse(event=convert.event_to_proto(event))
+            yield turn_api.WatchSessionResponse(event=convert.event_to_proto(event))
 
     async def RunSession(
-        self, request_iterator: AsyncIterator[api.RunSessionRequest | InvalidRequest], context: Context
-    ) -> AsyncIterator[api.RunSessionResponse]:
+        self, request_iterator: AsyncIterator[run_session_api.RunSessionRequest | InvalidRequest], context: Context
+    ) -> AsyncIterator[run_session_api.RunSessionResponse]:
         """Requests that api/decoding.py refused arrive as InvalidRequest: the first one ends the call, a
         later one is answered with a command_result."""
         try:
@@ -246,8 +265,8 @@ class AgentServicer(api_grpc.AgentServiceServicer):
 
     @server_stream
     async def SubmitHostedToolResult(
-        self, request: api.SubmitHostedToolResultRequest, context: Context
-    ) -> AsyncIterator[api.SubmitHostedToolResultResponse]:
+        self, request: turn_api.SubmitHostedToolResultRequest, context: Context
+    ) -> AsyncIterator[turn_api.SubmitHostedToolResultResponse]:
         events = self._agent.runs.submit(
             call_context(context),
             request.session_id,
@@ -256,58 +275,66 @@ class AgentServicer(api_grpc.AgentServiceServicer):
             on_disconnect=convert.on_disconnect_from_proto(request.on_disconnect),
         )
         async for event in events:
-            yield api.SubmitHostedToolResultResponse(event=convert.event_to_proto(event))
+            yield turn_api.SubmitHostedToolResultResponse(event=convert.event_to_proto(event))
 
     @unary
-    async def InjectMessage(self, request: api.InjectMessageRequest, context: Context) -> api.InjectMessageResponse:
+    async def InjectMessage(
+        self, request: turn_api.InjectMessageRequest, context: Context
+    ) -> turn_api.InjectMessageResponse:
         run_id = await self._agent.runs.inject(
             call_context(context),
             request.session_id,
             convert.parts_from_proto(request.input, "input"),
             idem=convert.idempotency(request),
         )
-        return api.InjectMessageResponse(accepted=bool(run_id), run_id=run_id)
+        return turn_api.InjectMessageResponse(accepted=bool(run_id), run_id=run_id)
 
     @unary
-    async def RequestStop(self, request: api.RequestStopRequest, context: Context) -> api.RequestStopResponse:
+    async def RequestStop(self, request: turn_api.RequestStopRequest, context: Context) -> turn_api.RequestStopResponse:
         run_id = await self._agent.runs.request_stop(call_context(context), request.session_id)
-        return api.RequestStopResponse(run_id=run_id)
+        return turn_api.RequestStopResponse(run_id=run_id)
 
     @unary
-    async def ClearStop(self, request: api.ClearStopRequest, context: Context) -> api.ClearStopResponse:
+    async def ClearStop(self, request: turn_api.ClearStopRequest, context: Context) -> turn_api.ClearStopResponse:
         was_set = await self._agent.runs.clear_stop(call_context(context), request.session_id)
-        return api.ClearStopResponse(was_set=was_set)
+        return turn_api.ClearStopResponse(was_set=was_set)
 
     @unary
-    async def CancelRun(self, request: api.CancelRunRequest, context: Context) -> api.CancelRunResponse:
+    async def CancelRun(self, request: turn_api.CancelRunRequest, context: Context) -> turn_api.CancelRunResponse:
         run_id = await self._agent.runs.cancel_run(call_context(context), request.session_id, request.run_id)
-        return api.CancelRunResponse(cancelled=bool(run_id), run_id=run_id)
+        return turn_api.CancelRunResponse(cancelled=bool(run_id), run_id=run_id)
 
     @unary
-    async def RegisterHooks(self, request: api.RegisterHooksRequest, context: Context) -> api.RegisterHooksResponse:
+    async def RegisterHooks(
+        self, request: hook_registration_pb2.RegisterHooksRequest, context: Context
+    ) -> hook_registration_pb2.RegisterHooksResponse:
         if not request.HasField("registration"):
             raise invalid_argument("registration", "is required")
         spec = await self._agent.register_hooks(
             call_context(context), convert.registration_from_proto(request.registration)
         )
-        return api.RegisterHooksResponse(registration=convert.registration_to_proto(spec))
+        return hook_registration_pb2.RegisterHooksResponse(registration=convert.registration_to_proto(spec))
 
     @unary
     async def UnregisterHooks(
-        self, request: api.UnregisterHooksRequest, context: Context
-    ) -> api.UnregisterHooksResponse:
+        self, request: hook_registration_pb2.UnregisterHooksRequest, context: Context
+    ) -> hook_registration_pb2.UnregisterHooksResponse:
         removed = await self._agent.hooks.unregister(call_context(context), request.plugin_id, request.session_id)
-        return api.UnregisterHooksResponse(removed=removed)
+        return hook_registration_pb2.UnregisterHooksResponse(removed=removed)
 
     @unary
     async def ListHookRegistrations(
-        self, request: api.ListHookRegistrationsRequest, context: Context
-    ) -> api.ListHookRegistrationsResponse:
+        self, request: hook_registration_pb2.ListHookRegistrationsRequest, context: Context
+    ) -> hook_registration_pb2.ListHookRegistrationsResponse:
         specs = await self._agent.hooks.registrations(call_context(context).tenant, request.session_id)
-        return api.ListHookRegistrationsResponse(registrations=[convert.registration_to_proto(s) for s in specs])
+        return hook_registration_pb2.ListHookRegistrationsResponse(
+            registrations=[convert.registration_to_proto(s) for s in specs]
+        )
 
     @unary
-    async def EmitHook(self, request: api.EmitHookRequest, context: Context) -> api.EmitHookResponse:
+    async def EmitHook(
+        self, request: hook_registration_pb2.EmitHookRequest, context: Context
+    ) -> hook_registration_pb2.EmitHookResponse:
         hook_context = json_format.MessageToDict(request.context) if request.HasField("context") else {}
         outcome = await self._agent.emit_hook(
             call_context(context),
@@ -316,27 +343,31 @@ class AgentServicer(api_grpc.AgentServiceServicer):
             hook_context,
             request.session_id,
         )
-        response = api.EmitHookResponse(
+        response = hook_registration_pb2.EmitHookResponse(
             handler_count=outcome.handler_count,
-            handler_errors=[api.HookHandlerError(plugin_id=e.plugin_id, message=e.message) for e in outcome.errors],
+            handler_errors=[
+                hook_registration_pb2.HookHandlerError(plugin_id=e.plugin_id, message=e.message) for e in outcome.errors
+            ],
         )
         if outcome.result is not None:
             response.result.CopyFrom(convert.struct_from_dict(outcome.result))
         return response
 
     @unary
-    async def GetUsage(self, request: api.GetUsageRequest, context: Context) -> api.GetUsageResponse:
+    async def GetUsage(self, request: session_api.GetUsageRequest, context: Context) -> session_api.GetUsageResponse:
         view = await self._agent.sessions.get_session(call_context(context), request.session_id)
-        response = api.GetUsageResponse(cumulative_usage=convert.usage_to_proto(view.record.cumulative_usage))
+        response = session_api.GetUsageResponse(cumulative_usage=convert.usage_to_proto(view.record.cumulative_usage))
         if view.record.usage_snapshot is not None:
             response.usage_snapshot.CopyFrom(convert.snapshot_to_proto(view.record.usage_snapshot))
         return response
 
     # ------------------------------------------------------------------ info
     @unary
-    async def GetServerInfo(self, request: api.GetServerInfoRequest, context: Context) -> api.GetServerInfoResponse:
+    async def GetServerInfo(
+        self, request: server_info_api.GetServerInfoRequest, context: Context
+    ) -> server_info_api.GetServerInfoResponse:
         settings = self._agent.settings
-        return api.GetServerInfoResponse(
+        return server_info_api.GetServerInfoResponse(
             version=general_agent_server.__version__,
             api_version=general_agent_server.API_VERSION,
             capabilities=list(CAPABILITIES),
@@ -346,50 +377,56 @@ class AgentServicer(api_grpc.AgentServiceServicer):
 
     # ------------------------------------------------------------------ later capabilities
     async def RequestCompaction(
-        self, request: api.RequestCompactionRequest, context: Context
-    ) -> api.RequestCompactionResponse:
+        self, request: session_api.RequestCompactionRequest, context: Context
+    ) -> session_api.RequestCompactionResponse:
         return await _unimplemented(context, "RequestCompaction")
 
     async def MaybeCompactByTokens(
-        self, request: api.MaybeCompactByTokensRequest, context: Context
-    ) -> api.MaybeCompactByTokensResponse:
+        self, request: session_api.MaybeCompactByTokensRequest, context: Context
+    ) -> session_api.MaybeCompactByTokensResponse:
         return await _unimplemented(context, "MaybeCompactByTokens")
 
     @unary
     async def ListCheckpoints(
-        self, request: api.ListCheckpointsRequest, context: Context
-    ) -> api.ListCheckpointsResponse:
+        self, request: checkpoint_pb2.ListCheckpointsRequest, context: Context
+    ) -> checkpoint_pb2.ListCheckpointsResponse:
         page = await self._agent.sessions.list_checkpoints(
             call_context(context), request.session_id, page_size=request.page_size, page_token=request.page_token
         )
-        return api.ListCheckpointsResponse(
+        return checkpoint_pb2.ListCheckpointsResponse(
             checkpoints=[convert.checkpoint_to_proto(c) for c in page.checkpoints],
             next_page_token=page.next_page_token,
         )
 
     @unary
     async def RestoreCheckpoint(
-        self, request: api.RestoreCheckpointRequest, context: Context
-    ) -> api.RestoreCheckpointResponse:
+        self, request: checkpoint_pb2.RestoreCheckpointRequest, context: Context
+    ) -> checkpoint_pb2.RestoreCheckpointResponse:
         result = await self._agent.sessions.restore_checkpoint(
             call_context(context), request.session_id, request.checkpoint_id, idem=convert.idempotency(request)
         )
-        return api.RestoreCheckpointResponse(
+        return checkpoint_pb2.RestoreCheckpointResponse(
             restored_paths=list(result.restored_paths), checkpoints_undone=result.checkpoints_undone
         )
 
-    async def SetMcpServers(self, request: api.SetMcpServersRequest, context: Context) -> api.SetMcpServersResponse:
+    async def SetMcpServers(
+        self, request: mcp_pb2.SetMcpServersRequest, context: Context
+    ) -> mcp_pb2.SetMcpServersResponse:
         return await _unimplemented(context, "SetMcpServers")
 
-    async def GetMcpServers(self, request: api.GetMcpServersRequest, context: Context) -> api.GetMcpServersResponse:
+    async def GetMcpServers(
+        self, request: mcp_pb2.GetMcpServersRequest, context: Context
+    ) -> mcp_pb2.GetMcpServersResponse:
         return await _unimplemented(context, "GetMcpServers")
 
     async def ToggleMcpServer(
-        self, request: api.ToggleMcpServerRequest, context: Context
-    ) -> api.ToggleMcpServerResponse:
+        self, request: mcp_pb2.ToggleMcpServerRequest, context: Context
+    ) -> mcp_pb2.ToggleMcpServerResponse:
         return await _unimplemented(context, "ToggleMcpServer")
 
-    async def GetMcpStatus(self, request: api.GetMcpStatusRequest, context: Context) -> api.GetMcpStatusResponse:
+    async def GetMcpStatus(
+        self, request: mcp_pb2.GetMcpStatusRequest, context: Context
+    ) -> mcp_pb2.GetMcpStatusResponse:
         return await _unimplemented(context, "GetMcpStatus")
 
 

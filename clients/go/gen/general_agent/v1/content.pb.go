@@ -30,6 +30,9 @@ const (
 // dropped part. Tool outputs only ever carry `text` and `image`.
 type ContentPart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// The kind of part; exactly one is set. A turn input part with none set is
+	// INVALID_ARGUMENT ("empty content part").
+	//
 	// Types that are valid to be assigned to Part:
 	//
 	//	*ContentPart_Text

@@ -7,10 +7,8 @@
 package general_agentv1
 
 import (
-	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
-	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -24,277 +22,6 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
-
-// The 26 hooks. The wire hook name (used by EmitHook, config files and logs,
-// e.g. "before_tool_call") is the value name without the `HOOK_NAME_` prefix,
-// lower-cased.
-type HookName int32
-
-const (
-	// Invalid.
-	HookName_HOOK_NAME_UNSPECIFIED HookName = 0
-	// "before_model_resolve": may override model/provider for the run.
-	HookName_HOOK_NAME_BEFORE_MODEL_RESOLVE HookName = 1
-	// "before_prompt_build": may replace/extend the system prompt and prepend
-	// context to the user prompt.
-	HookName_HOOK_NAME_BEFORE_PROMPT_BUILD HookName = 2
-	// "before_agent_start": legacy union of the two above.
-	HookName_HOOK_NAME_BEFORE_AGENT_START HookName = 3
-	// "llm_input": observes the assembled model input. Void.
-	HookName_HOOK_NAME_LLM_INPUT HookName = 4
-	// "llm_output": observes the run's assistant output and usage. Void.
-	HookName_HOOK_NAME_LLM_OUTPUT HookName = 5
-	// "agent_end": observes the end of a run. Void.
-	HookName_HOOK_NAME_AGENT_END HookName = 6
-	// "before_tool_call": may rewrite or block a tool call.
-	HookName_HOOK_NAME_BEFORE_TOOL_CALL HookName = 7
-	// "after_tool_call": observes a tool outcome. Void.
-	HookName_HOOK_NAME_AFTER_TOOL_CALL HookName = 8
-	// "tool_result_persist": may transform a tool result transcript entry.
-	HookName_HOOK_NAME_TOOL_RESULT_PERSIST HookName = 9
-	// "before_message_write": may replace or skip a transcript entry.
-	HookName_HOOK_NAME_BEFORE_MESSAGE_WRITE HookName = 10
-	// "session_start": observes a session's first turn. Void.
-	HookName_HOOK_NAME_SESSION_START HookName = 11
-	// "session_end": observes a session's end. Void.
-	HookName_HOOK_NAME_SESSION_END HookName = 12
-	// "before_compaction": observes the start of a compaction. Void.
-	HookName_HOOK_NAME_BEFORE_COMPACTION HookName = 13
-	// "after_compaction": observes the end of a compaction. Void.
-	HookName_HOOK_NAME_AFTER_COMPACTION HookName = 14
-	// "before_reset": observes a reset before history is cleared. Void.
-	HookName_HOOK_NAME_BEFORE_RESET HookName = 15
-	// "subagent_spawning": may refuse a subagent spawn.
-	HookName_HOOK_NAME_SUBAGENT_SPAWNING HookName = 16
-	// "subagent_delivery_target": may choose where a subagent's completion goes.
-	HookName_HOOK_NAME_SUBAGENT_DELIVERY_TARGET HookName = 17
-	// "subagent_spawned": observes a started subagent. Void.
-	HookName_HOOK_NAME_SUBAGENT_SPAWNED HookName = 18
-	// "subagent_ended": observes a finished subagent. Void.
-	HookName_HOOK_NAME_SUBAGENT_ENDED HookName = 19
-	// "inbound_claim": host-bridged; may claim an inbound message.
-	HookName_HOOK_NAME_INBOUND_CLAIM HookName = 20
-	// "before_dispatch": host-bridged; may handle an inbound message instead of
-	// the agent.
-	HookName_HOOK_NAME_BEFORE_DISPATCH HookName = 21
-	// "message_received": host-bridged; observes an inbound message. Void.
-	HookName_HOOK_NAME_MESSAGE_RECEIVED HookName = 22
-	// "message_sending": host-bridged; may rewrite or cancel an outbound
-	// message.
-	HookName_HOOK_NAME_MESSAGE_SENDING HookName = 23
-	// "message_sent": host-bridged; observes a delivery attempt. Void.
-	HookName_HOOK_NAME_MESSAGE_SENT HookName = 24
-	// "gateway_start": observes server start-up. Void.
-	HookName_HOOK_NAME_GATEWAY_START HookName = 25
-	// "gateway_stop": observes server shutdown. Void.
-	HookName_HOOK_NAME_GATEWAY_STOP HookName = 26
-)
-
-// Enum value maps for HookName.
-var (
-	HookName_name = map[int32]string{
-		0:  "HOOK_NAME_UNSPECIFIED",
-		1:  "HOOK_NAME_BEFORE_MODEL_RESOLVE",
-		2:  "HOOK_NAME_BEFORE_PROMPT_BUILD",
-		3:  "HOOK_NAME_BEFORE_AGENT_START",
-		4:  "HOOK_NAME_LLM_INPUT",
-		5:  "HOOK_NAME_LLM_OUTPUT",
-		6:  "HOOK_NAME_AGENT_END",
-		7:  "HOOK_NAME_BEFORE_TOOL_CALL",
-		8:  "HOOK_NAME_AFTER_TOOL_CALL",
-		9:  "HOOK_NAME_TOOL_RESULT_PERSIST",
-		10: "HOOK_NAME_BEFORE_MESSAGE_WRITE",
-		11: "HOOK_NAME_SESSION_START",
-		12: "HOOK_NAME_SESSION_END",
-		13: "HOOK_NAME_BEFORE_COMPACTION",
-		14: "HOOK_NAME_AFTER_COMPACTION",
-		15: "HOOK_NAME_BEFORE_RESET",
-		16: "HOOK_NAME_SUBAGENT_SPAWNING",
-		17: "HOOK_NAME_SUBAGENT_DELIVERY_TARGET",
-		18: "HOOK_NAME_SUBAGENT_SPAWNED",
-		19: "HOOK_NAME_SUBAGENT_ENDED",
-		20: "HOOK_NAME_INBOUND_CLAIM",
-		21: "HOOK_NAME_BEFORE_DISPATCH",
-		22: "HOOK_NAME_MESSAGE_RECEIVED",
-		23: "HOOK_NAME_MESSAGE_SENDING",
-		24: "HOOK_NAME_MESSAGE_SENT",
-		25: "HOOK_NAME_GATEWAY_START",
-		26: "HOOK_NAME_GATEWAY_STOP",
-	}
-	HookName_value = map[string]int32{
-		"HOOK_NAME_UNSPECIFIED":              0,
-		"HOOK_NAME_BEFORE_MODEL_RESOLVE":     1,
-		"HOOK_NAME_BEFORE_PROMPT_BUILD":      2,
-		"HOOK_NAME_BEFORE_AGENT_START":       3,
-		"HOOK_NAME_LLM_INPUT":                4,
-		"HOOK_NAME_LLM_OUTPUT":               5,
-		"HOOK_NAME_AGENT_END":                6,
-		"HOOK_NAME_BEFORE_TOOL_CALL":         7,
-		"HOOK_NAME_AFTER_TOOL_CALL":          8,
-		"HOOK_NAME_TOOL_RESULT_PERSIST":      9,
-		"HOOK_NAME_BEFORE_MESSAGE_WRITE":     10,
-		"HOOK_NAME_SESSION_START":            11,
-		"HOOK_NAME_SESSION_END":              12,
-		"HOOK_NAME_BEFORE_COMPACTION":        13,
-		"HOOK_NAME_AFTER_COMPACTION":         14,
-		"HOOK_NAME_BEFORE_RESET":             15,
-		"HOOK_NAME_SUBAGENT_SPAWNING":        16,
-		"HOOK_NAME_SUBAGENT_DELIVERY_TARGET": 17,
-		"HOOK_NAME_SUBAGENT_SPAWNED":         18,
-		"HOOK_NAME_SUBAGENT_ENDED":           19,
-		"HOOK_NAME_INBOUND_CLAIM":            20,
-		"HOOK_NAME_BEFORE_DISPATCH":          21,
-		"HOOK_NAME_MESSAGE_RECEIVED":         22,
-		"HOOK_NAME_MESSAGE_SENDING":          23,
-		"HOOK_NAME_MESSAGE_SENT":             24,
-		"HOOK_NAME_GATEWAY_START":            25,
-		"HOOK_NAME_GATEWAY_STOP":             26,
-	}
-)
-
-func (x HookName) Enum() *HookName {
-	p := new(HookName)
-	*p = x
-	return p
-}
-
-func (x HookName) String() string {
-	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
-}
-
-func (HookName) Descriptor() protoreflect.EnumDescriptor {
-	return file_general_agent_v1_hook_proto_enumTypes[0].Descriptor()
-}
-
-func (HookName) Type() protoreflect.EnumType {
-	return &file_general_agent_v1_hook_proto_enumTypes[0]
-}
-
-func (x HookName) Number() protoreflect.EnumNumber {
-	return protoreflect.EnumNumber(x)
-}
-
-// Deprecated: Use HookName.Descriptor instead.
-func (HookName) EnumDescriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{0}
-}
-
-// What a failed hook call (an error status other than UNIMPLEMENTED, or a
-// timeout) means. The effect of failing closed depends on the hook:
-// before_tool_call blocks the call; message_sending cancels the send;
-// claiming hooks count as handled without text; model and prompt hooks fail
-// the run (`HOOK_FAILED`); subagent_spawning refuses the spawn; write-path
-// hooks skip the write; void hooks ignore it.
-type HookFailurePolicy int32
-
-const (
-	// The hook's default: FAIL_CLOSED for before_tool_call, FAIL_OPEN for every
-	// other hook.
-	HookFailurePolicy_HOOK_FAILURE_POLICY_UNSPECIFIED HookFailurePolicy = 0
-	// Log the failure and treat the call as "no result".
-	HookFailurePolicy_HOOK_FAILURE_POLICY_FAIL_OPEN HookFailurePolicy = 1
-	// Treat the failure as the hook's most restrictive outcome (see above).
-	HookFailurePolicy_HOOK_FAILURE_POLICY_FAIL_CLOSED HookFailurePolicy = 2
-)
-
-// Enum value maps for HookFailurePolicy.
-var (
-	HookFailurePolicy_name = map[int32]string{
-		0: "HOOK_FAILURE_POLICY_UNSPECIFIED",
-		1: "HOOK_FAILURE_POLICY_FAIL_OPEN",
-		2: "HOOK_FAILURE_POLICY_FAIL_CLOSED",
-	}
-	HookFailurePolicy_value = map[string]int32{
-		"HOOK_FAILURE_POLICY_UNSPECIFIED": 0,
-		"HOOK_FAILURE_POLICY_FAIL_OPEN":   1,
-		"HOOK_FAILURE_POLICY_FAIL_CLOSED": 2,
-	}
-)
-
-func (x HookFailurePolicy) Enum() *HookFailurePolicy {
-	p := new(HookFailurePolicy)
-	*p = x
-	return p
-}
-
-func (x HookFailurePolicy) String() string {
-	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
-}
-
-func (HookFailurePolicy) Descriptor() protoreflect.EnumDescriptor {
-	return file_general_agent_v1_hook_proto_enumTypes[1].Descriptor()
-}
-
-func (HookFailurePolicy) Type() protoreflect.EnumType {
-	return &file_general_agent_v1_hook_proto_enumTypes[1]
-}
-
-func (x HookFailurePolicy) Number() protoreflect.EnumNumber {
-	return protoreflect.EnumNumber(x)
-}
-
-// Deprecated: Use HookFailurePolicy.Descriptor instead.
-func (HookFailurePolicy) EnumDescriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{1}
-}
-
-// How much history the history-carrying event fields carry (see
-// HookMessages).
-type HookIncludeMessages int32
-
-const (
-	// Same as NONE (the default for remote handlers).
-	HookIncludeMessages_HOOK_INCLUDE_MESSAGES_UNSPECIFIED HookIncludeMessages = 0
-	// Counts only: `message_count` is set, `messages` is empty.
-	HookIncludeMessages_HOOK_INCLUDE_MESSAGES_NONE HookIncludeMessages = 1
-	// The last `HookBinding.last_n` messages.
-	HookIncludeMessages_HOOK_INCLUDE_MESSAGES_LAST_N HookIncludeMessages = 2
-	// Every message (still subject to `max_payload_bytes`).
-	HookIncludeMessages_HOOK_INCLUDE_MESSAGES_ALL HookIncludeMessages = 3
-)
-
-// Enum value maps for HookIncludeMessages.
-var (
-	HookIncludeMessages_name = map[int32]string{
-		0: "HOOK_INCLUDE_MESSAGES_UNSPECIFIED",
-		1: "HOOK_INCLUDE_MESSAGES_NONE",
-		2: "HOOK_INCLUDE_MESSAGES_LAST_N",
-		3: "HOOK_INCLUDE_MESSAGES_ALL",
-	}
-	HookIncludeMessages_value = map[string]int32{
-		"HOOK_INCLUDE_MESSAGES_UNSPECIFIED": 0,
-		"HOOK_INCLUDE_MESSAGES_NONE":        1,
-		"HOOK_INCLUDE_MESSAGES_LAST_N":      2,
-		"HOOK_INCLUDE_MESSAGES_ALL":         3,
-	}
-)
-
-func (x HookIncludeMessages) Enum() *HookIncludeMessages {
-	p := new(HookIncludeMessages)
-	*p = x
-	return p
-}
-
-func (x HookIncludeMessages) String() string {
-	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
-}
-
-func (HookIncludeMessages) Descriptor() protoreflect.EnumDescriptor {
-	return file_general_agent_v1_hook_proto_enumTypes[2].Descriptor()
-}
-
-func (HookIncludeMessages) Type() protoreflect.EnumType {
-	return &file_general_agent_v1_hook_proto_enumTypes[2]
-}
-
-func (x HookIncludeMessages) Number() protoreflect.EnumNumber {
-	return protoreflect.EnumNumber(x)
-}
-
-// Deprecated: Use HookIncludeMessages.Descriptor instead.
-func (HookIncludeMessages) EnumDescriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{2}
-}
 
 // Outcome of a subagent_spawning handler.
 type SubagentSpawningStatus int32
@@ -333,11 +60,11 @@ func (x SubagentSpawningStatus) String() string {
 }
 
 func (SubagentSpawningStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_general_agent_v1_hook_proto_enumTypes[3].Descriptor()
+	return file_general_agent_v1_hook_proto_enumTypes[0].Descriptor()
 }
 
 func (SubagentSpawningStatus) Type() protoreflect.EnumType {
-	return &file_general_agent_v1_hook_proto_enumTypes[3]
+	return &file_general_agent_v1_hook_proto_enumTypes[0]
 }
 
 func (x SubagentSpawningStatus) Number() protoreflect.EnumNumber {
@@ -346,344 +73,7 @@ func (x SubagentSpawningStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SubagentSpawningStatus.Descriptor instead.
 func (SubagentSpawningStatus) EnumDescriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{3}
-}
-
-// A set of remote hook handlers served by one host endpoint.
-//
-// Registered for the caller's tenant with `RegisterHooks`, or for a single
-// session inside `CreateSession`. Registrations are persisted and survive
-// server restarts. Server-wide registrations (across tenants) come only from
-// admin tokens or the server's config file.
-type HookRegistration struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Plugin identifier. Names the handler in logs, in the default block reason
-	// of `before_tool_call` ("Tool call blocked by plugin hook <plugin_id>") and
-	// in `HookContext.plugin_id`.
-	PluginId string `protobuf:"bytes,1,opt,name=plugin_id,json=pluginId,proto3" json:"plugin_id,omitempty"`
-	// The endpoint serving `general_agent.v1.HookService`.
-	Target *HookTarget `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
-	// The hooks this plugin handles, one binding per hook name. A hook name may
-	// appear at most once per registration (INVALID_ARGUMENT `INVALID_HOOK`
-	// otherwise, and for HOOK_NAME_UNSPECIFIED).
-	Hooks []*HookBinding `protobuf:"bytes,3,rep,name=hooks,proto3" json:"hooks,omitempty"`
-	// Set when the registration belongs to one session (made in CreateSession
-	// or copied by ForkSession); empty for tenant-wide registrations.
-	SessionId string `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	// The tenant that owns the registration (empty for server-wide ones).
-	Tenant string `protobuf:"bytes,5,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	// When the registration was created.
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *HookRegistration) Reset() {
-	*x = HookRegistration{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[0]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *HookRegistration) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*HookRegistration) ProtoMessage() {}
-
-func (x *HookRegistration) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[0]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use HookRegistration.ProtoReflect.Descriptor instead.
-func (*HookRegistration) Descriptor() ([]byte, []int) {
 	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{0}
-}
-
-func (x *HookRegistration) GetPluginId() string {
-	if x != nil {
-		return x.PluginId
-	}
-	return ""
-}
-
-func (x *HookRegistration) GetTarget() *HookTarget {
-	if x != nil {
-		return x.Target
-	}
-	return nil
-}
-
-func (x *HookRegistration) GetHooks() []*HookBinding {
-	if x != nil {
-		return x.Hooks
-	}
-	return nil
-}
-
-func (x *HookRegistration) GetSessionId() string {
-	if x != nil {
-		return x.SessionId
-	}
-	return ""
-}
-
-func (x *HookRegistration) GetTenant() string {
-	if x != nil {
-		return x.Tenant
-	}
-	return ""
-}
-
-func (x *HookRegistration) GetCreateTime() *timestamppb.Timestamp {
-	if x != nil {
-		return x.CreateTime
-	}
-	return nil
-}
-
-// Where the server dials a host's HookService.
-type HookTarget struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// `host:port` of the HookService endpoint. The host must pass the server's
-	// SSRF guard (loopback, private, link-local and metadata addresses are
-	// refused after DNS resolution) unless it is on the server's allow-list.
-	// The server reuses one channel per distinct target.
-	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
-	// TLS settings. Absent means plaintext.
-	Tls           *HookTls `protobuf:"bytes,2,opt,name=tls,proto3" json:"tls,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *HookTarget) Reset() {
-	*x = HookTarget{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[1]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *HookTarget) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*HookTarget) ProtoMessage() {}
-
-func (x *HookTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[1]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use HookTarget.ProtoReflect.Descriptor instead.
-func (*HookTarget) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{1}
-}
-
-func (x *HookTarget) GetAddress() string {
-	if x != nil {
-		return x.Address
-	}
-	return ""
-}
-
-func (x *HookTarget) GetTls() *HookTls {
-	if x != nil {
-		return x.Tls
-	}
-	return nil
-}
-
-// TLS settings for dialling a hook target.
-type HookTls struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// PEM bundle of CA certificates trusted for the target's server
-	// certificate. Empty means the server's system roots.
-	CaCertPem string `protobuf:"bytes,1,opt,name=ca_cert_pem,json=caCertPem,proto3" json:"ca_cert_pem,omitempty"`
-	// Overrides the name checked against the server certificate (and sent as
-	// SNI). Empty means the host part of `HookTarget.address`.
-	ServerNameOverride string `protobuf:"bytes,2,opt,name=server_name_override,json=serverNameOverride,proto3" json:"server_name_override,omitempty"`
-	// PEM client certificate chain for mutual TLS. Empty means no client
-	// certificate.
-	ClientCertPem string `protobuf:"bytes,3,opt,name=client_cert_pem,json=clientCertPem,proto3" json:"client_cert_pem,omitempty"`
-	// PEM private key for `client_cert_pem`. A secret: never logged, never
-	// returned by ListHookRegistrations.
-	ClientKeyPem  string `protobuf:"bytes,4,opt,name=client_key_pem,json=clientKeyPem,proto3" json:"client_key_pem,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *HookTls) Reset() {
-	*x = HookTls{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[2]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *HookTls) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*HookTls) ProtoMessage() {}
-
-func (x *HookTls) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[2]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use HookTls.ProtoReflect.Descriptor instead.
-func (*HookTls) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{2}
-}
-
-func (x *HookTls) GetCaCertPem() string {
-	if x != nil {
-		return x.CaCertPem
-	}
-	return ""
-}
-
-func (x *HookTls) GetServerNameOverride() string {
-	if x != nil {
-		return x.ServerNameOverride
-	}
-	return ""
-}
-
-func (x *HookTls) GetClientCertPem() string {
-	if x != nil {
-		return x.ClientCertPem
-	}
-	return ""
-}
-
-func (x *HookTls) GetClientKeyPem() string {
-	if x != nil {
-		return x.ClientKeyPem
-	}
-	return ""
-}
-
-// How one hook of a registration is handled.
-type HookBinding struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// The hook.
-	Name HookName `protobuf:"varint,1,opt,name=name,proto3,enum=general_agent.v1.HookName" json:"name,omitempty"`
-	// Handlers run by priority, highest first (default 0, negative allowed);
-	// ties keep registration order. For void hooks it only orders start-up.
-	Priority int32 `protobuf:"varint,2,opt,name=priority,proto3" json:"priority,omitempty"`
-	// Per-call timeout. Unset means the hook's default: 15 s for modifying
-	// hooks (before_model_resolve, before_prompt_build, before_agent_start,
-	// before_tool_call, subagent_spawning, subagent_delivery_target,
-	// message_sending), 30 s for agent_end, before_compaction and
-	// after_compaction, 5 s for every other hook. Always capped by the run's
-	// remaining deadline. Sent as the gRPC deadline of the call.
-	Timeout *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	// What a failed call (error status other than UNIMPLEMENTED, or a timeout)
-	// means. Unspecified means the hook's default: fail closed for
-	// before_tool_call, fail open for every other hook.
-	FailurePolicy HookFailurePolicy `protobuf:"varint,4,opt,name=failure_policy,json=failurePolicy,proto3,enum=general_agent.v1.HookFailurePolicy" json:"failure_policy,omitempty"`
-	// How much history the history-carrying event fields (`messages`,
-	// `history_messages`) carry. Unspecified means NONE (counts only).
-	IncludeMessages HookIncludeMessages `protobuf:"varint,5,opt,name=include_messages,json=includeMessages,proto3,enum=general_agent.v1.HookIncludeMessages" json:"include_messages,omitempty"`
-	// Number of most recent messages carried when `include_messages` is
-	// LAST_N; must then be positive. Ignored otherwise.
-	LastN         int32 `protobuf:"varint,6,opt,name=last_n,json=lastN,proto3" json:"last_n,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *HookBinding) Reset() {
-	*x = HookBinding{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[3]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *HookBinding) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*HookBinding) ProtoMessage() {}
-
-func (x *HookBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[3]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use HookBinding.ProtoReflect.Descriptor instead.
-func (*HookBinding) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{3}
-}
-
-func (x *HookBinding) GetName() HookName {
-	if x != nil {
-		return x.Name
-	}
-	return HookName_HOOK_NAME_UNSPECIFIED
-}
-
-func (x *HookBinding) GetPriority() int32 {
-	if x != nil {
-		return x.Priority
-	}
-	return 0
-}
-
-func (x *HookBinding) GetTimeout() *durationpb.Duration {
-	if x != nil {
-		return x.Timeout
-	}
-	return nil
-}
-
-func (x *HookBinding) GetFailurePolicy() HookFailurePolicy {
-	if x != nil {
-		return x.FailurePolicy
-	}
-	return HookFailurePolicy_HOOK_FAILURE_POLICY_UNSPECIFIED
-}
-
-func (x *HookBinding) GetIncludeMessages() HookIncludeMessages {
-	if x != nil {
-		return x.IncludeMessages
-	}
-	return HookIncludeMessages_HOOK_INCLUDE_MESSAGES_UNSPECIFIED
-}
-
-func (x *HookBinding) GetLastN() int32 {
-	if x != nil {
-		return x.LastN
-	}
-	return 0
 }
 
 // Context sent with every hook call. Fields that do not apply to a hook are
@@ -733,7 +123,7 @@ type HookContext struct {
 
 func (x *HookContext) Reset() {
 	*x = HookContext{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[4]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +135,7 @@ func (x *HookContext) String() string {
 func (*HookContext) ProtoMessage() {}
 
 func (x *HookContext) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[4]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +148,7 @@ func (x *HookContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookContext.ProtoReflect.Descriptor instead.
 func (*HookContext) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{4}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *HookContext) GetSessionId() string {
@@ -877,7 +267,7 @@ type HookMessages struct {
 
 func (x *HookMessages) Reset() {
 	*x = HookMessages{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[5]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +279,7 @@ func (x *HookMessages) String() string {
 func (*HookMessages) ProtoMessage() {}
 
 func (x *HookMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[5]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +292,7 @@ func (x *HookMessages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookMessages.ProtoReflect.Descriptor instead.
 func (*HookMessages) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{5}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *HookMessages) GetMessageCount() int32 {
@@ -945,7 +335,7 @@ type HookUsage struct {
 
 func (x *HookUsage) Reset() {
 	*x = HookUsage{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[6]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +347,7 @@ func (x *HookUsage) String() string {
 func (*HookUsage) ProtoMessage() {}
 
 func (x *HookUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[6]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +360,7 @@ func (x *HookUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookUsage.ProtoReflect.Descriptor instead.
 func (*HookUsage) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{6}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *HookUsage) GetInput() int64 {
@@ -1019,7 +409,7 @@ type BeforeModelResolveEvent struct {
 
 func (x *BeforeModelResolveEvent) Reset() {
 	*x = BeforeModelResolveEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[7]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +421,7 @@ func (x *BeforeModelResolveEvent) String() string {
 func (*BeforeModelResolveEvent) ProtoMessage() {}
 
 func (x *BeforeModelResolveEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[7]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +434,7 @@ func (x *BeforeModelResolveEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeforeModelResolveEvent.ProtoReflect.Descriptor instead.
 func (*BeforeModelResolveEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{7}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *BeforeModelResolveEvent) GetPrompt() string {
@@ -1069,7 +459,7 @@ type BeforeModelResolveResult struct {
 
 func (x *BeforeModelResolveResult) Reset() {
 	*x = BeforeModelResolveResult{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[8]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +471,7 @@ func (x *BeforeModelResolveResult) String() string {
 func (*BeforeModelResolveResult) ProtoMessage() {}
 
 func (x *BeforeModelResolveResult) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[8]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +484,7 @@ func (x *BeforeModelResolveResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeforeModelResolveResult.ProtoReflect.Descriptor instead.
 func (*BeforeModelResolveResult) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{8}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *BeforeModelResolveResult) GetModelOverride() string {
@@ -1124,7 +514,7 @@ type BeforePromptBuildEvent struct {
 
 func (x *BeforePromptBuildEvent) Reset() {
 	*x = BeforePromptBuildEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[9]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +526,7 @@ func (x *BeforePromptBuildEvent) String() string {
 func (*BeforePromptBuildEvent) ProtoMessage() {}
 
 func (x *BeforePromptBuildEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[9]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +539,7 @@ func (x *BeforePromptBuildEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeforePromptBuildEvent.ProtoReflect.Descriptor instead.
 func (*BeforePromptBuildEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{9}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BeforePromptBuildEvent) GetPrompt() string {
@@ -1187,7 +577,7 @@ type BeforePromptBuildResult struct {
 
 func (x *BeforePromptBuildResult) Reset() {
 	*x = BeforePromptBuildResult{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[10]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +589,7 @@ func (x *BeforePromptBuildResult) String() string {
 func (*BeforePromptBuildResult) ProtoMessage() {}
 
 func (x *BeforePromptBuildResult) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[10]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +602,7 @@ func (x *BeforePromptBuildResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeforePromptBuildResult.ProtoReflect.Descriptor instead.
 func (*BeforePromptBuildResult) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{10}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BeforePromptBuildResult) GetSystemPrompt() string {
@@ -1256,7 +646,7 @@ type BeforeAgentStartEvent struct {
 
 func (x *BeforeAgentStartEvent) Reset() {
 	*x = BeforeAgentStartEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[11]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +658,7 @@ func (x *BeforeAgentStartEvent) String() string {
 func (*BeforeAgentStartEvent) ProtoMessage() {}
 
 func (x *BeforeAgentStartEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[11]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +671,7 @@ func (x *BeforeAgentStartEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeforeAgentStartEvent.ProtoReflect.Descriptor instead.
 func (*BeforeAgentStartEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{11}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BeforeAgentStartEvent) GetPrompt() string {
@@ -1320,7 +710,7 @@ type BeforeAgentStartResult struct {
 
 func (x *BeforeAgentStartResult) Reset() {
 	*x = BeforeAgentStartResult{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[12]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +722,7 @@ func (x *BeforeAgentStartResult) String() string {
 func (*BeforeAgentStartResult) ProtoMessage() {}
 
 func (x *BeforeAgentStartResult) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[12]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +735,7 @@ func (x *BeforeAgentStartResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeforeAgentStartResult.ProtoReflect.Descriptor instead.
 func (*BeforeAgentStartResult) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{12}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BeforeAgentStartResult) GetModelOverride() string {
@@ -1417,7 +807,7 @@ type LlmInputEvent struct {
 
 func (x *LlmInputEvent) Reset() {
 	*x = LlmInputEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[13]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +819,7 @@ func (x *LlmInputEvent) String() string {
 func (*LlmInputEvent) ProtoMessage() {}
 
 func (x *LlmInputEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[13]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +832,7 @@ func (x *LlmInputEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LlmInputEvent.ProtoReflect.Descriptor instead.
 func (*LlmInputEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{13}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LlmInputEvent) GetRunId() string {
@@ -1520,7 +910,7 @@ type AgentEndEvent struct {
 
 func (x *AgentEndEvent) Reset() {
 	*x = AgentEndEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[14]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +922,7 @@ func (x *AgentEndEvent) String() string {
 func (*AgentEndEvent) ProtoMessage() {}
 
 func (x *AgentEndEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[14]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +935,7 @@ func (x *AgentEndEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentEndEvent.ProtoReflect.Descriptor instead.
 func (*AgentEndEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{14}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AgentEndEvent) GetMessages() *HookMessages {
@@ -1600,7 +990,7 @@ type LlmOutputEvent struct {
 
 func (x *LlmOutputEvent) Reset() {
 	*x = LlmOutputEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[15]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1002,7 @@ func (x *LlmOutputEvent) String() string {
 func (*LlmOutputEvent) ProtoMessage() {}
 
 func (x *LlmOutputEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[15]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1015,7 @@ func (x *LlmOutputEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LlmOutputEvent.ProtoReflect.Descriptor instead.
 func (*LlmOutputEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{15}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LlmOutputEvent) GetRunId() string {
@@ -1698,7 +1088,7 @@ type BeforeToolCallEvent struct {
 
 func (x *BeforeToolCallEvent) Reset() {
 	*x = BeforeToolCallEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[16]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1100,7 @@ func (x *BeforeToolCallEvent) String() string {
 func (*BeforeToolCallEvent) ProtoMessage() {}
 
 func (x *BeforeToolCallEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[16]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1113,7 @@ func (x *BeforeToolCallEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeforeToolCallEvent.ProtoReflect.Descriptor instead.
 func (*BeforeToolCallEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{16}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BeforeToolCallEvent) GetToolName() string {
@@ -1779,7 +1169,7 @@ type BeforeToolCallResult struct {
 
 func (x *BeforeToolCallResult) Reset() {
 	*x = BeforeToolCallResult{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[17]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +1181,7 @@ func (x *BeforeToolCallResult) String() string {
 func (*BeforeToolCallResult) ProtoMessage() {}
 
 func (x *BeforeToolCallResult) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[17]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +1194,7 @@ func (x *BeforeToolCallResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeforeToolCallResult.ProtoReflect.Descriptor instead.
 func (*BeforeToolCallResult) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{17}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BeforeToolCallResult) GetParams() *structpb.Struct {
@@ -1854,7 +1244,7 @@ type AfterToolCallEvent struct {
 
 func (x *AfterToolCallEvent) Reset() {
 	*x = AfterToolCallEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[18]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +1256,7 @@ func (x *AfterToolCallEvent) String() string {
 func (*AfterToolCallEvent) ProtoMessage() {}
 
 func (x *AfterToolCallEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[18]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +1269,7 @@ func (x *AfterToolCallEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AfterToolCallEvent.ProtoReflect.Descriptor instead.
 func (*AfterToolCallEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{18}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AfterToolCallEvent) GetToolName() string {
@@ -1956,7 +1346,7 @@ type ToolResultPersistEvent struct {
 
 func (x *ToolResultPersistEvent) Reset() {
 	*x = ToolResultPersistEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[19]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +1358,7 @@ func (x *ToolResultPersistEvent) String() string {
 func (*ToolResultPersistEvent) ProtoMessage() {}
 
 func (x *ToolResultPersistEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[19]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +1371,7 @@ func (x *ToolResultPersistEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResultPersistEvent.ProtoReflect.Descriptor instead.
 func (*ToolResultPersistEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{19}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ToolResultPersistEvent) GetToolName() string {
@@ -2016,7 +1406,7 @@ type ToolResultPersistResult struct {
 
 func (x *ToolResultPersistResult) Reset() {
 	*x = ToolResultPersistResult{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[20]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +1418,7 @@ func (x *ToolResultPersistResult) String() string {
 func (*ToolResultPersistResult) ProtoMessage() {}
 
 func (x *ToolResultPersistResult) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[20]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +1431,7 @@ func (x *ToolResultPersistResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResultPersistResult.ProtoReflect.Descriptor instead.
 func (*ToolResultPersistResult) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{20}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ToolResultPersistResult) GetMessage() *structpb.Struct {
@@ -2067,7 +1457,7 @@ type BeforeMessageWriteEvent struct {
 
 func (x *BeforeMessageWriteEvent) Reset() {
 	*x = BeforeMessageWriteEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[21]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +1469,7 @@ func (x *BeforeMessageWriteEvent) String() string {
 func (*BeforeMessageWriteEvent) ProtoMessage() {}
 
 func (x *BeforeMessageWriteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[21]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +1482,7 @@ func (x *BeforeMessageWriteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeforeMessageWriteEvent.ProtoReflect.Descriptor instead.
 func (*BeforeMessageWriteEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{21}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BeforeMessageWriteEvent) GetMessage() *structpb.Struct {
@@ -2123,7 +1513,7 @@ type BeforeMessageWriteResult struct {
 
 func (x *BeforeMessageWriteResult) Reset() {
 	*x = BeforeMessageWriteResult{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[22]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +1525,7 @@ func (x *BeforeMessageWriteResult) String() string {
 func (*BeforeMessageWriteResult) ProtoMessage() {}
 
 func (x *BeforeMessageWriteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[22]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +1538,7 @@ func (x *BeforeMessageWriteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeforeMessageWriteResult.ProtoReflect.Descriptor instead.
 func (*BeforeMessageWriteResult) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{22}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BeforeMessageWriteResult) GetBlock() bool {
@@ -2181,7 +1571,7 @@ type SessionStartEvent struct {
 
 func (x *SessionStartEvent) Reset() {
 	*x = SessionStartEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[23]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2193,7 +1583,7 @@ func (x *SessionStartEvent) String() string {
 func (*SessionStartEvent) ProtoMessage() {}
 
 func (x *SessionStartEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[23]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2206,7 +1596,7 @@ func (x *SessionStartEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionStartEvent.ProtoReflect.Descriptor instead.
 func (*SessionStartEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{23}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SessionStartEvent) GetSessionId() string {
@@ -2248,7 +1638,7 @@ type SessionEndEvent struct {
 
 func (x *SessionEndEvent) Reset() {
 	*x = SessionEndEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[24]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +1650,7 @@ func (x *SessionEndEvent) String() string {
 func (*SessionEndEvent) ProtoMessage() {}
 
 func (x *SessionEndEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[24]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +1663,7 @@ func (x *SessionEndEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEndEvent.ProtoReflect.Descriptor instead.
 func (*SessionEndEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{24}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SessionEndEvent) GetSessionId() string {
@@ -2323,7 +1713,7 @@ type BeforeCompactionEvent struct {
 
 func (x *BeforeCompactionEvent) Reset() {
 	*x = BeforeCompactionEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[25]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +1725,7 @@ func (x *BeforeCompactionEvent) String() string {
 func (*BeforeCompactionEvent) ProtoMessage() {}
 
 func (x *BeforeCompactionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[25]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +1738,7 @@ func (x *BeforeCompactionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeforeCompactionEvent.ProtoReflect.Descriptor instead.
 func (*BeforeCompactionEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{25}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BeforeCompactionEvent) GetMessageCount() int32 {
@@ -2403,7 +1793,7 @@ type AfterCompactionEvent struct {
 
 func (x *AfterCompactionEvent) Reset() {
 	*x = AfterCompactionEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[26]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +1805,7 @@ func (x *AfterCompactionEvent) String() string {
 func (*AfterCompactionEvent) ProtoMessage() {}
 
 func (x *AfterCompactionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[26]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +1818,7 @@ func (x *AfterCompactionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AfterCompactionEvent.ProtoReflect.Descriptor instead.
 func (*AfterCompactionEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{26}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AfterCompactionEvent) GetMessageCount() int32 {
@@ -2474,7 +1864,7 @@ type BeforeResetEvent struct {
 
 func (x *BeforeResetEvent) Reset() {
 	*x = BeforeResetEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[27]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2486,7 +1876,7 @@ func (x *BeforeResetEvent) String() string {
 func (*BeforeResetEvent) ProtoMessage() {}
 
 func (x *BeforeResetEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[27]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2499,7 +1889,7 @@ func (x *BeforeResetEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeforeResetEvent.ProtoReflect.Descriptor instead.
 func (*BeforeResetEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{27}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BeforeResetEvent) GetSessionFile() string {
@@ -2543,7 +1933,7 @@ type SubagentSpawningEvent struct {
 
 func (x *SubagentSpawningEvent) Reset() {
 	*x = SubagentSpawningEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[28]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2555,7 +1945,7 @@ func (x *SubagentSpawningEvent) String() string {
 func (*SubagentSpawningEvent) ProtoMessage() {}
 
 func (x *SubagentSpawningEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[28]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2568,7 +1958,7 @@ func (x *SubagentSpawningEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentSpawningEvent.ProtoReflect.Descriptor instead.
 func (*SubagentSpawningEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{28}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SubagentSpawningEvent) GetChildSessionKey() string {
@@ -2622,7 +2012,7 @@ type SubagentSpawningResult struct {
 
 func (x *SubagentSpawningResult) Reset() {
 	*x = SubagentSpawningResult{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[29]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2634,7 +2024,7 @@ func (x *SubagentSpawningResult) String() string {
 func (*SubagentSpawningResult) ProtoMessage() {}
 
 func (x *SubagentSpawningResult) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[29]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2647,7 +2037,7 @@ func (x *SubagentSpawningResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentSpawningResult.ProtoReflect.Descriptor instead.
 func (*SubagentSpawningResult) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{29}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SubagentSpawningResult) GetStatus() SubagentSpawningStatus {
@@ -2687,7 +2077,7 @@ type SubagentDeliveryTargetEvent struct {
 
 func (x *SubagentDeliveryTargetEvent) Reset() {
 	*x = SubagentDeliveryTargetEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[30]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +2089,7 @@ func (x *SubagentDeliveryTargetEvent) String() string {
 func (*SubagentDeliveryTargetEvent) ProtoMessage() {}
 
 func (x *SubagentDeliveryTargetEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[30]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +2102,7 @@ func (x *SubagentDeliveryTargetEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentDeliveryTargetEvent.ProtoReflect.Descriptor instead.
 func (*SubagentDeliveryTargetEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{30}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SubagentDeliveryTargetEvent) GetChildSessionKey() string {
@@ -2748,7 +2138,7 @@ type SubagentDeliveryTargetResult struct {
 
 func (x *SubagentDeliveryTargetResult) Reset() {
 	*x = SubagentDeliveryTargetResult{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[31]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2760,7 +2150,7 @@ func (x *SubagentDeliveryTargetResult) String() string {
 func (*SubagentDeliveryTargetResult) ProtoMessage() {}
 
 func (x *SubagentDeliveryTargetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[31]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2773,7 +2163,7 @@ func (x *SubagentDeliveryTargetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentDeliveryTargetResult.ProtoReflect.Descriptor instead.
 func (*SubagentDeliveryTargetResult) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{31}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SubagentDeliveryTargetResult) GetOrigin() *structpb.Struct {
@@ -2804,7 +2194,7 @@ type SubagentSpawnedEvent struct {
 
 func (x *SubagentSpawnedEvent) Reset() {
 	*x = SubagentSpawnedEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[32]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +2206,7 @@ func (x *SubagentSpawnedEvent) String() string {
 func (*SubagentSpawnedEvent) ProtoMessage() {}
 
 func (x *SubagentSpawnedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[32]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +2219,7 @@ func (x *SubagentSpawnedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentSpawnedEvent.ProtoReflect.Descriptor instead.
 func (*SubagentSpawnedEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{32}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SubagentSpawnedEvent) GetChildSessionKey() string {
@@ -2895,7 +2285,7 @@ type SubagentEndedEvent struct {
 
 func (x *SubagentEndedEvent) Reset() {
 	*x = SubagentEndedEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[33]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +2297,7 @@ func (x *SubagentEndedEvent) String() string {
 func (*SubagentEndedEvent) ProtoMessage() {}
 
 func (x *SubagentEndedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[33]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +2310,7 @@ func (x *SubagentEndedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentEndedEvent.ProtoReflect.Descriptor instead.
 func (*SubagentEndedEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{33}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SubagentEndedEvent) GetTargetSessionKey() string {
@@ -3023,7 +2413,7 @@ type InboundClaimEvent struct {
 
 func (x *InboundClaimEvent) Reset() {
 	*x = InboundClaimEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[34]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3035,7 +2425,7 @@ func (x *InboundClaimEvent) String() string {
 func (*InboundClaimEvent) ProtoMessage() {}
 
 func (x *InboundClaimEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[34]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3048,7 +2438,7 @@ func (x *InboundClaimEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InboundClaimEvent.ProtoReflect.Descriptor instead.
 func (*InboundClaimEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{34}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *InboundClaimEvent) GetContent() string {
@@ -3232,7 +2622,7 @@ type InboundClaimResult struct {
 
 func (x *InboundClaimResult) Reset() {
 	*x = InboundClaimResult{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[35]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3244,7 +2634,7 @@ func (x *InboundClaimResult) String() string {
 func (*InboundClaimResult) ProtoMessage() {}
 
 func (x *InboundClaimResult) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[35]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3257,7 +2647,7 @@ func (x *InboundClaimResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InboundClaimResult.ProtoReflect.Descriptor instead.
 func (*InboundClaimResult) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{35}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *InboundClaimResult) GetHandled() bool {
@@ -3298,7 +2688,7 @@ type BeforeDispatchEvent struct {
 
 func (x *BeforeDispatchEvent) Reset() {
 	*x = BeforeDispatchEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[36]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3310,7 +2700,7 @@ func (x *BeforeDispatchEvent) String() string {
 func (*BeforeDispatchEvent) ProtoMessage() {}
 
 func (x *BeforeDispatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[36]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3323,7 +2713,7 @@ func (x *BeforeDispatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeforeDispatchEvent.ProtoReflect.Descriptor instead.
 func (*BeforeDispatchEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{36}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BeforeDispatchEvent) GetContent() string {
@@ -3388,7 +2778,7 @@ type BeforeDispatchResult struct {
 
 func (x *BeforeDispatchResult) Reset() {
 	*x = BeforeDispatchResult{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[37]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3400,7 +2790,7 @@ func (x *BeforeDispatchResult) String() string {
 func (*BeforeDispatchResult) ProtoMessage() {}
 
 func (x *BeforeDispatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[37]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3413,7 +2803,7 @@ func (x *BeforeDispatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeforeDispatchResult.ProtoReflect.Descriptor instead.
 func (*BeforeDispatchResult) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{37}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BeforeDispatchResult) GetHandled() bool {
@@ -3447,7 +2837,7 @@ type MessageReceivedEvent struct {
 
 func (x *MessageReceivedEvent) Reset() {
 	*x = MessageReceivedEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[38]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3459,7 +2849,7 @@ func (x *MessageReceivedEvent) String() string {
 func (*MessageReceivedEvent) ProtoMessage() {}
 
 func (x *MessageReceivedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[38]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3472,7 +2862,7 @@ func (x *MessageReceivedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageReceivedEvent.ProtoReflect.Descriptor instead.
 func (*MessageReceivedEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{38}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MessageReceivedEvent) GetFrom() string {
@@ -3518,7 +2908,7 @@ type MessageSendingEvent struct {
 
 func (x *MessageSendingEvent) Reset() {
 	*x = MessageSendingEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[39]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3530,7 +2920,7 @@ func (x *MessageSendingEvent) String() string {
 func (*MessageSendingEvent) ProtoMessage() {}
 
 func (x *MessageSendingEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[39]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3543,7 +2933,7 @@ func (x *MessageSendingEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageSendingEvent.ProtoReflect.Descriptor instead.
 func (*MessageSendingEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{39}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *MessageSendingEvent) GetTo() string {
@@ -3581,7 +2971,7 @@ type MessageSendingResult struct {
 
 func (x *MessageSendingResult) Reset() {
 	*x = MessageSendingResult{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[40]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3593,7 +2983,7 @@ func (x *MessageSendingResult) String() string {
 func (*MessageSendingResult) ProtoMessage() {}
 
 func (x *MessageSendingResult) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[40]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3606,7 +2996,7 @@ func (x *MessageSendingResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageSendingResult.ProtoReflect.Descriptor instead.
 func (*MessageSendingResult) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{40}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MessageSendingResult) GetContent() string {
@@ -3640,7 +3030,7 @@ type MessageSentEvent struct {
 
 func (x *MessageSentEvent) Reset() {
 	*x = MessageSentEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[41]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3652,7 +3042,7 @@ func (x *MessageSentEvent) String() string {
 func (*MessageSentEvent) ProtoMessage() {}
 
 func (x *MessageSentEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[41]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3665,7 +3055,7 @@ func (x *MessageSentEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageSentEvent.ProtoReflect.Descriptor instead.
 func (*MessageSentEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{41}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *MessageSentEvent) GetTo() string {
@@ -3707,7 +3097,7 @@ type GatewayStartEvent struct {
 
 func (x *GatewayStartEvent) Reset() {
 	*x = GatewayStartEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[42]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3719,7 +3109,7 @@ func (x *GatewayStartEvent) String() string {
 func (*GatewayStartEvent) ProtoMessage() {}
 
 func (x *GatewayStartEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[42]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3732,7 +3122,7 @@ func (x *GatewayStartEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayStartEvent.ProtoReflect.Descriptor instead.
 func (*GatewayStartEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{42}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GatewayStartEvent) GetPort() int32 {
@@ -3753,7 +3143,7 @@ type GatewayStopEvent struct {
 
 func (x *GatewayStopEvent) Reset() {
 	*x = GatewayStopEvent{}
-	mi := &file_general_agent_v1_hook_proto_msgTypes[43]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3765,7 +3155,7 @@ func (x *GatewayStopEvent) String() string {
 func (*GatewayStopEvent) ProtoMessage() {}
 
 func (x *GatewayStopEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_hook_proto_msgTypes[43]
+	mi := &file_general_agent_v1_hook_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3778,7 +3168,7 @@ func (x *GatewayStopEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayStopEvent.ProtoReflect.Descriptor instead.
 func (*GatewayStopEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{43}
+	return file_general_agent_v1_hook_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GatewayStopEvent) GetReason() string {
@@ -3792,32 +3182,7 @@ var File_general_agent_v1_hook_proto protoreflect.FileDescriptor
 
 const file_general_agent_v1_hook_proto_rawDesc = "" +
 	"\n" +
-	"\x1bgeneral_agent/v1/hook.proto\x12\x10general_agent.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb2\x02\n" +
-	"\x10HookRegistration\x12!\n" +
-	"\tplugin_id\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\bpluginId\x12:\n" +
-	"\x06target\x18\x02 \x01(\v2\x1c.general_agent.v1.HookTargetB\x04\xe2A\x01\x02R\x06target\x129\n" +
-	"\x05hooks\x18\x03 \x03(\v2\x1d.general_agent.v1.HookBindingB\x04\xe2A\x01\x02R\x05hooks\x12#\n" +
-	"\n" +
-	"session_id\x18\x04 \x01(\tB\x04\xe2A\x01\x03R\tsessionId\x12\x1c\n" +
-	"\x06tenant\x18\x05 \x01(\tB\x04\xe2A\x01\x03R\x06tenant\x12A\n" +
-	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
-	"createTime\"Y\n" +
-	"\n" +
-	"HookTarget\x12\x1e\n" +
-	"\aaddress\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\aaddress\x12+\n" +
-	"\x03tls\x18\x02 \x01(\v2\x19.general_agent.v1.HookTlsR\x03tls\"\xb2\x01\n" +
-	"\aHookTls\x12\x1e\n" +
-	"\vca_cert_pem\x18\x01 \x01(\tR\tcaCertPem\x120\n" +
-	"\x14server_name_override\x18\x02 \x01(\tR\x12serverNameOverride\x12&\n" +
-	"\x0fclient_cert_pem\x18\x03 \x01(\tR\rclientCertPem\x12-\n" +
-	"\x0eclient_key_pem\x18\x04 \x01(\tB\a\xe2A\x01\x04\x80\x01\x01R\fclientKeyPem\"\xc9\x02\n" +
-	"\vHookBinding\x124\n" +
-	"\x04name\x18\x01 \x01(\x0e2\x1a.general_agent.v1.HookNameB\x04\xe2A\x01\x02R\x04name\x12\x1a\n" +
-	"\bpriority\x18\x02 \x01(\x05R\bpriority\x123\n" +
-	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12J\n" +
-	"\x0efailure_policy\x18\x04 \x01(\x0e2#.general_agent.v1.HookFailurePolicyR\rfailurePolicy\x12P\n" +
-	"\x10include_messages\x18\x05 \x01(\x0e2%.general_agent.v1.HookIncludeMessagesR\x0fincludeMessages\x12\x15\n" +
-	"\x06last_n\x18\x06 \x01(\x05R\x05lastN\"\xb9\x03\n" +
+	"\x1bgeneral_agent/v1/hook.proto\x12\x10general_agent.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\x03\n" +
 	"\vHookContext\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1f\n" +
@@ -4078,45 +3443,7 @@ const file_general_agent_v1_hook_proto_rawDesc = "" +
 	"\x11GatewayStartEvent\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\x05R\x04port\"*\n" +
 	"\x10GatewayStopEvent\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason*\xcc\x06\n" +
-	"\bHookName\x12\x19\n" +
-	"\x15HOOK_NAME_UNSPECIFIED\x10\x00\x12\"\n" +
-	"\x1eHOOK_NAME_BEFORE_MODEL_RESOLVE\x10\x01\x12!\n" +
-	"\x1dHOOK_NAME_BEFORE_PROMPT_BUILD\x10\x02\x12 \n" +
-	"\x1cHOOK_NAME_BEFORE_AGENT_START\x10\x03\x12\x17\n" +
-	"\x13HOOK_NAME_LLM_INPUT\x10\x04\x12\x18\n" +
-	"\x14HOOK_NAME_LLM_OUTPUT\x10\x05\x12\x17\n" +
-	"\x13HOOK_NAME_AGENT_END\x10\x06\x12\x1e\n" +
-	"\x1aHOOK_NAME_BEFORE_TOOL_CALL\x10\a\x12\x1d\n" +
-	"\x19HOOK_NAME_AFTER_TOOL_CALL\x10\b\x12!\n" +
-	"\x1dHOOK_NAME_TOOL_RESULT_PERSIST\x10\t\x12\"\n" +
-	"\x1eHOOK_NAME_BEFORE_MESSAGE_WRITE\x10\n" +
-	"\x12\x1b\n" +
-	"\x17HOOK_NAME_SESSION_START\x10\v\x12\x19\n" +
-	"\x15HOOK_NAME_SESSION_END\x10\f\x12\x1f\n" +
-	"\x1bHOOK_NAME_BEFORE_COMPACTION\x10\r\x12\x1e\n" +
-	"\x1aHOOK_NAME_AFTER_COMPACTION\x10\x0e\x12\x1a\n" +
-	"\x16HOOK_NAME_BEFORE_RESET\x10\x0f\x12\x1f\n" +
-	"\x1bHOOK_NAME_SUBAGENT_SPAWNING\x10\x10\x12&\n" +
-	"\"HOOK_NAME_SUBAGENT_DELIVERY_TARGET\x10\x11\x12\x1e\n" +
-	"\x1aHOOK_NAME_SUBAGENT_SPAWNED\x10\x12\x12\x1c\n" +
-	"\x18HOOK_NAME_SUBAGENT_ENDED\x10\x13\x12\x1b\n" +
-	"\x17HOOK_NAME_INBOUND_CLAIM\x10\x14\x12\x1d\n" +
-	"\x19HOOK_NAME_BEFORE_DISPATCH\x10\x15\x12\x1e\n" +
-	"\x1aHOOK_NAME_MESSAGE_RECEIVED\x10\x16\x12\x1d\n" +
-	"\x19HOOK_NAME_MESSAGE_SENDING\x10\x17\x12\x1a\n" +
-	"\x16HOOK_NAME_MESSAGE_SENT\x10\x18\x12\x1b\n" +
-	"\x17HOOK_NAME_GATEWAY_START\x10\x19\x12\x1a\n" +
-	"\x16HOOK_NAME_GATEWAY_STOP\x10\x1a*\x80\x01\n" +
-	"\x11HookFailurePolicy\x12#\n" +
-	"\x1fHOOK_FAILURE_POLICY_UNSPECIFIED\x10\x00\x12!\n" +
-	"\x1dHOOK_FAILURE_POLICY_FAIL_OPEN\x10\x01\x12#\n" +
-	"\x1fHOOK_FAILURE_POLICY_FAIL_CLOSED\x10\x02*\x9d\x01\n" +
-	"\x13HookIncludeMessages\x12%\n" +
-	"!HOOK_INCLUDE_MESSAGES_UNSPECIFIED\x10\x00\x12\x1e\n" +
-	"\x1aHOOK_INCLUDE_MESSAGES_NONE\x10\x01\x12 \n" +
-	"\x1cHOOK_INCLUDE_MESSAGES_LAST_N\x10\x02\x12\x1d\n" +
-	"\x19HOOK_INCLUDE_MESSAGES_ALL\x10\x03*\x87\x01\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason*\x87\x01\n" +
 	"\x16SubagentSpawningStatus\x12(\n" +
 	"$SUBAGENT_SPAWNING_STATUS_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bSUBAGENT_SPAWNING_STATUS_OK\x10\x01\x12\"\n" +
@@ -4135,102 +3462,86 @@ func file_general_agent_v1_hook_proto_rawDescGZIP() []byte {
 	return file_general_agent_v1_hook_proto_rawDescData
 }
 
-var file_general_agent_v1_hook_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_general_agent_v1_hook_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_general_agent_v1_hook_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_general_agent_v1_hook_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_general_agent_v1_hook_proto_goTypes = []any{
-	(HookName)(0),                        // 0: general_agent.v1.HookName
-	(HookFailurePolicy)(0),               // 1: general_agent.v1.HookFailurePolicy
-	(HookIncludeMessages)(0),             // 2: general_agent.v1.HookIncludeMessages
-	(SubagentSpawningStatus)(0),          // 3: general_agent.v1.SubagentSpawningStatus
-	(*HookRegistration)(nil),             // 4: general_agent.v1.HookRegistration
-	(*HookTarget)(nil),                   // 5: general_agent.v1.HookTarget
-	(*HookTls)(nil),                      // 6: general_agent.v1.HookTls
-	(*HookBinding)(nil),                  // 7: general_agent.v1.HookBinding
-	(*HookContext)(nil),                  // 8: general_agent.v1.HookContext
-	(*HookMessages)(nil),                 // 9: general_agent.v1.HookMessages
-	(*HookUsage)(nil),                    // 10: general_agent.v1.HookUsage
-	(*BeforeModelResolveEvent)(nil),      // 11: general_agent.v1.BeforeModelResolveEvent
-	(*BeforeModelResolveResult)(nil),     // 12: general_agent.v1.BeforeModelResolveResult
-	(*BeforePromptBuildEvent)(nil),       // 13: general_agent.v1.BeforePromptBuildEvent
-	(*BeforePromptBuildResult)(nil),      // 14: general_agent.v1.BeforePromptBuildResult
-	(*BeforeAgentStartEvent)(nil),        // 15: general_agent.v1.BeforeAgentStartEvent
-	(*BeforeAgentStartResult)(nil),       // 16: general_agent.v1.BeforeAgentStartResult
-	(*LlmInputEvent)(nil),                // 17: general_agent.v1.LlmInputEvent
-	(*AgentEndEvent)(nil),                // 18: general_agent.v1.AgentEndEvent
-	(*LlmOutputEvent)(nil),               // 19: general_agent.v1.LlmOutputEvent
-	(*BeforeToolCallEvent)(nil),          // 20: general_agent.v1.BeforeToolCallEvent
-	(*BeforeToolCallResult)(nil),         // 21: general_agent.v1.BeforeToolCallResult
-	(*AfterToolCallEvent)(nil),           // 22: general_agent.v1.AfterToolCallEvent
-	(*ToolResultPersistEvent)(nil),       // 23: general_agent.v1.ToolResultPersistEvent
-	(*ToolResultPersistResult)(nil),      // 24: general_agent.v1.ToolResultPersistResult
-	(*BeforeMessageWriteEvent)(nil),      // 25: general_agent.v1.BeforeMessageWriteEvent
-	(*BeforeMessageWriteResult)(nil),     // 26: general_agent.v1.BeforeMessageWriteResult
-	(*SessionStartEvent)(nil),            // 27: general_agent.v1.SessionStartEvent
-	(*SessionEndEvent)(nil),              // 28: general_agent.v1.SessionEndEvent
-	(*BeforeCompactionEvent)(nil),        // 29: general_agent.v1.BeforeCompactionEvent
-	(*AfterCompactionEvent)(nil),         // 30: general_agent.v1.AfterCompactionEvent
-	(*BeforeResetEvent)(nil),             // 31: general_agent.v1.BeforeResetEvent
-	(*SubagentSpawningEvent)(nil),        // 32: general_agent.v1.SubagentSpawningEvent
-	(*SubagentSpawningResult)(nil),       // 33: general_agent.v1.SubagentSpawningResult
-	(*SubagentDeliveryTargetEvent)(nil),  // 34: general_agent.v1.SubagentDeliveryTargetEvent
-	(*SubagentDeliveryTargetResult)(nil), // 35: general_agent.v1.SubagentDeliveryTargetResult
-	(*SubagentSpawnedEvent)(nil),         // 36: general_agent.v1.SubagentSpawnedEvent
-	(*SubagentEndedEvent)(nil),           // 37: general_agent.v1.SubagentEndedEvent
-	(*InboundClaimEvent)(nil),            // 38: general_agent.v1.InboundClaimEvent
-	(*InboundClaimResult)(nil),           // 39: general_agent.v1.InboundClaimResult
-	(*BeforeDispatchEvent)(nil),          // 40: general_agent.v1.BeforeDispatchEvent
-	(*BeforeDispatchResult)(nil),         // 41: general_agent.v1.BeforeDispatchResult
-	(*MessageReceivedEvent)(nil),         // 42: general_agent.v1.MessageReceivedEvent
-	(*MessageSendingEvent)(nil),          // 43: general_agent.v1.MessageSendingEvent
-	(*MessageSendingResult)(nil),         // 44: general_agent.v1.MessageSendingResult
-	(*MessageSentEvent)(nil),             // 45: general_agent.v1.MessageSentEvent
-	(*GatewayStartEvent)(nil),            // 46: general_agent.v1.GatewayStartEvent
-	(*GatewayStopEvent)(nil),             // 47: general_agent.v1.GatewayStopEvent
-	(*timestamppb.Timestamp)(nil),        // 48: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),          // 49: google.protobuf.Duration
-	(*structpb.Struct)(nil),              // 50: google.protobuf.Struct
+	(SubagentSpawningStatus)(0),          // 0: general_agent.v1.SubagentSpawningStatus
+	(*HookContext)(nil),                  // 1: general_agent.v1.HookContext
+	(*HookMessages)(nil),                 // 2: general_agent.v1.HookMessages
+	(*HookUsage)(nil),                    // 3: general_agent.v1.HookUsage
+	(*BeforeModelResolveEvent)(nil),      // 4: general_agent.v1.BeforeModelResolveEvent
+	(*BeforeModelResolveResult)(nil),     // 5: general_agent.v1.BeforeModelResolveResult
+	(*BeforePromptBuildEvent)(nil),       // 6: general_agent.v1.BeforePromptBuildEvent
+	(*BeforePromptBuildResult)(nil),      // 7: general_agent.v1.BeforePromptBuildResult
+	(*BeforeAgentStartEvent)(nil),        // 8: general_agent.v1.BeforeAgentStartEvent
+	(*BeforeAgentStartResult)(nil),       // 9: general_agent.v1.BeforeAgentStartResult
+	(*LlmInputEvent)(nil),                // 10: general_agent.v1.LlmInputEvent
+	(*AgentEndEvent)(nil),                // 11: general_agent.v1.AgentEndEvent
+	(*LlmOutputEvent)(nil),               // 12: general_agent.v1.LlmOutputEvent
+	(*BeforeToolCallEvent)(nil),          // 13: general_agent.v1.BeforeToolCallEvent
+	(*BeforeToolCallResult)(nil),         // 14: general_agent.v1.BeforeToolCallResult
+	(*AfterToolCallEvent)(nil),           // 15: general_agent.v1.AfterToolCallEvent
+	(*ToolResultPersistEvent)(nil),       // 16: general_agent.v1.ToolResultPersistEvent
+	(*ToolResultPersistResult)(nil),      // 17: general_agent.v1.ToolResultPersistResult
+	(*BeforeMessageWriteEvent)(nil),      // 18: general_agent.v1.BeforeMessageWriteEvent
+	(*BeforeMessageWriteResult)(nil),     // 19: general_agent.v1.BeforeMessageWriteResult
+	(*SessionStartEvent)(nil),            // 20: general_agent.v1.SessionStartEvent
+	(*SessionEndEvent)(nil),              // 21: general_agent.v1.SessionEndEvent
+	(*BeforeCompactionEvent)(nil),        // 22: general_agent.v1.BeforeCompactionEvent
+	(*AfterCompactionEvent)(nil),         // 23: general_agent.v1.AfterCompactionEvent
+	(*BeforeResetEvent)(nil),             // 24: general_agent.v1.BeforeResetEvent
+	(*SubagentSpawningEvent)(nil),        // 25: general_agent.v1.SubagentSpawningEvent
+	(*SubagentSpawningResult)(nil),       // 26: general_agent.v1.SubagentSpawningResult
+	(*SubagentDeliveryTargetEvent)(nil),  // 27: general_agent.v1.SubagentDeliveryTargetEvent
+	(*SubagentDeliveryTargetResult)(nil), // 28: general_agent.v1.SubagentDeliveryTargetResult
+	(*SubagentSpawnedEvent)(nil),         // 29: general_agent.v1.SubagentSpawnedEvent
+	(*SubagentEndedEvent)(nil),           // 30: general_agent.v1.SubagentEndedEvent
+	(*InboundClaimEvent)(nil),            // 31: general_agent.v1.InboundClaimEvent
+	(*InboundClaimResult)(nil),           // 32: general_agent.v1.InboundClaimResult
+	(*BeforeDispatchEvent)(nil),          // 33: general_agent.v1.BeforeDispatchEvent
+	(*BeforeDispatchResult)(nil),         // 34: general_agent.v1.BeforeDispatchResult
+	(*MessageReceivedEvent)(nil),         // 35: general_agent.v1.MessageReceivedEvent
+	(*MessageSendingEvent)(nil),          // 36: general_agent.v1.MessageSendingEvent
+	(*MessageSendingResult)(nil),         // 37: general_agent.v1.MessageSendingResult
+	(*MessageSentEvent)(nil),             // 38: general_agent.v1.MessageSentEvent
+	(*GatewayStartEvent)(nil),            // 39: general_agent.v1.GatewayStartEvent
+	(*GatewayStopEvent)(nil),             // 40: general_agent.v1.GatewayStopEvent
+	(*structpb.Struct)(nil),              // 41: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),        // 42: google.protobuf.Timestamp
 }
 var file_general_agent_v1_hook_proto_depIdxs = []int32{
-	5,  // 0: general_agent.v1.HookRegistration.target:type_name -> general_agent.v1.HookTarget
-	7,  // 1: general_agent.v1.HookRegistration.hooks:type_name -> general_agent.v1.HookBinding
-	48, // 2: general_agent.v1.HookRegistration.create_time:type_name -> google.protobuf.Timestamp
-	6,  // 3: general_agent.v1.HookTarget.tls:type_name -> general_agent.v1.HookTls
-	0,  // 4: general_agent.v1.HookBinding.name:type_name -> general_agent.v1.HookName
-	49, // 5: general_agent.v1.HookBinding.timeout:type_name -> google.protobuf.Duration
-	1,  // 6: general_agent.v1.HookBinding.failure_policy:type_name -> general_agent.v1.HookFailurePolicy
-	2,  // 7: general_agent.v1.HookBinding.include_messages:type_name -> general_agent.v1.HookIncludeMessages
-	50, // 8: general_agent.v1.HookContext.extra:type_name -> google.protobuf.Struct
-	50, // 9: general_agent.v1.HookMessages.messages:type_name -> google.protobuf.Struct
-	9,  // 10: general_agent.v1.BeforePromptBuildEvent.messages:type_name -> general_agent.v1.HookMessages
-	9,  // 11: general_agent.v1.BeforeAgentStartEvent.messages:type_name -> general_agent.v1.HookMessages
-	9,  // 12: general_agent.v1.LlmInputEvent.history_messages:type_name -> general_agent.v1.HookMessages
-	9,  // 13: general_agent.v1.AgentEndEvent.messages:type_name -> general_agent.v1.HookMessages
-	50, // 14: general_agent.v1.LlmOutputEvent.last_assistant:type_name -> google.protobuf.Struct
-	10, // 15: general_agent.v1.LlmOutputEvent.usage:type_name -> general_agent.v1.HookUsage
-	50, // 16: general_agent.v1.BeforeToolCallEvent.params:type_name -> google.protobuf.Struct
-	50, // 17: general_agent.v1.BeforeToolCallResult.params:type_name -> google.protobuf.Struct
-	50, // 18: general_agent.v1.AfterToolCallEvent.params:type_name -> google.protobuf.Struct
-	50, // 19: general_agent.v1.AfterToolCallEvent.result:type_name -> google.protobuf.Struct
-	50, // 20: general_agent.v1.ToolResultPersistEvent.message:type_name -> google.protobuf.Struct
-	50, // 21: general_agent.v1.ToolResultPersistResult.message:type_name -> google.protobuf.Struct
-	50, // 22: general_agent.v1.BeforeMessageWriteEvent.message:type_name -> google.protobuf.Struct
-	50, // 23: general_agent.v1.BeforeMessageWriteResult.message:type_name -> google.protobuf.Struct
-	9,  // 24: general_agent.v1.BeforeCompactionEvent.messages:type_name -> general_agent.v1.HookMessages
-	9,  // 25: general_agent.v1.BeforeResetEvent.messages:type_name -> general_agent.v1.HookMessages
-	3,  // 26: general_agent.v1.SubagentSpawningResult.status:type_name -> general_agent.v1.SubagentSpawningStatus
-	50, // 27: general_agent.v1.SubagentDeliveryTargetResult.origin:type_name -> google.protobuf.Struct
-	48, // 28: general_agent.v1.SubagentEndedEvent.ended_at:type_name -> google.protobuf.Timestamp
-	48, // 29: general_agent.v1.InboundClaimEvent.timestamp:type_name -> google.protobuf.Timestamp
-	50, // 30: general_agent.v1.InboundClaimEvent.metadata:type_name -> google.protobuf.Struct
-	48, // 31: general_agent.v1.BeforeDispatchEvent.timestamp:type_name -> google.protobuf.Timestamp
-	48, // 32: general_agent.v1.MessageReceivedEvent.timestamp:type_name -> google.protobuf.Timestamp
-	50, // 33: general_agent.v1.MessageReceivedEvent.metadata:type_name -> google.protobuf.Struct
-	50, // 34: general_agent.v1.MessageSendingEvent.metadata:type_name -> google.protobuf.Struct
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	41, // 0: general_agent.v1.HookContext.extra:type_name -> google.protobuf.Struct
+	41, // 1: general_agent.v1.HookMessages.messages:type_name -> google.protobuf.Struct
+	2,  // 2: general_agent.v1.BeforePromptBuildEvent.messages:type_name -> general_agent.v1.HookMessages
+	2,  // 3: general_agent.v1.BeforeAgentStartEvent.messages:type_name -> general_agent.v1.HookMessages
+	2,  // 4: general_agent.v1.LlmInputEvent.history_messages:type_name -> general_agent.v1.HookMessages
+	2,  // 5: general_agent.v1.AgentEndEvent.messages:type_name -> general_agent.v1.HookMessages
+	41, // 6: general_agent.v1.LlmOutputEvent.last_assistant:type_name -> google.protobuf.Struct
+	3,  // 7: general_agent.v1.LlmOutputEvent.usage:type_name -> general_agent.v1.HookUsage
+	41, // 8: general_agent.v1.BeforeToolCallEvent.params:type_name -> google.protobuf.Struct
+	41, // 9: general_agent.v1.BeforeToolCallResult.params:type_name -> google.protobuf.Struct
+	41, // 10: general_agent.v1.AfterToolCallEvent.params:type_name -> google.protobuf.Struct
+	41, // 11: general_agent.v1.AfterToolCallEvent.result:type_name -> google.protobuf.Struct
+	41, // 12: general_agent.v1.ToolResultPersistEvent.message:type_name -> google.protobuf.Struct
+	41, // 13: general_agent.v1.ToolResultPersistResult.message:type_name -> google.protobuf.Struct
+	41, // 14: general_agent.v1.BeforeMessageWriteEvent.message:type_name -> google.protobuf.Struct
+	41, // 15: general_agent.v1.BeforeMessageWriteResult.message:type_name -> google.protobuf.Struct
+	2,  // 16: general_agent.v1.BeforeCompactionEvent.messages:type_name -> general_agent.v1.HookMessages
+	2,  // 17: general_agent.v1.BeforeResetEvent.messages:type_name -> general_agent.v1.HookMessages
+	0,  // 18: general_agent.v1.SubagentSpawningResult.status:type_name -> general_agent.v1.SubagentSpawningStatus
+	41, // 19: general_agent.v1.SubagentDeliveryTargetResult.origin:type_name -> google.protobuf.Struct
+	42, // 20: general_agent.v1.SubagentEndedEvent.ended_at:type_name -> google.protobuf.Timestamp
+	42, // 21: general_agent.v1.InboundClaimEvent.timestamp:type_name -> google.protobuf.Timestamp
+	41, // 22: general_agent.v1.InboundClaimEvent.metadata:type_name -> google.protobuf.Struct
+	42, // 23: general_agent.v1.BeforeDispatchEvent.timestamp:type_name -> google.protobuf.Timestamp
+	42, // 24: general_agent.v1.MessageReceivedEvent.timestamp:type_name -> google.protobuf.Timestamp
+	41, // 25: general_agent.v1.MessageReceivedEvent.metadata:type_name -> google.protobuf.Struct
+	41, // 26: general_agent.v1.MessageSendingEvent.metadata:type_name -> google.protobuf.Struct
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_general_agent_v1_hook_proto_init() }
@@ -4238,20 +3549,20 @@ func file_general_agent_v1_hook_proto_init() {
 	if File_general_agent_v1_hook_proto != nil {
 		return
 	}
+	file_general_agent_v1_hook_proto_msgTypes[4].OneofWrappers = []any{}
+	file_general_agent_v1_hook_proto_msgTypes[6].OneofWrappers = []any{}
 	file_general_agent_v1_hook_proto_msgTypes[8].OneofWrappers = []any{}
-	file_general_agent_v1_hook_proto_msgTypes[10].OneofWrappers = []any{}
-	file_general_agent_v1_hook_proto_msgTypes[12].OneofWrappers = []any{}
-	file_general_agent_v1_hook_proto_msgTypes[17].OneofWrappers = []any{}
-	file_general_agent_v1_hook_proto_msgTypes[20].OneofWrappers = []any{}
-	file_general_agent_v1_hook_proto_msgTypes[22].OneofWrappers = []any{}
-	file_general_agent_v1_hook_proto_msgTypes[40].OneofWrappers = []any{}
+	file_general_agent_v1_hook_proto_msgTypes[13].OneofWrappers = []any{}
+	file_general_agent_v1_hook_proto_msgTypes[16].OneofWrappers = []any{}
+	file_general_agent_v1_hook_proto_msgTypes[18].OneofWrappers = []any{}
+	file_general_agent_v1_hook_proto_msgTypes[36].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_general_agent_v1_hook_proto_rawDesc), len(file_general_agent_v1_hook_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   44,
+			NumEnums:      1,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

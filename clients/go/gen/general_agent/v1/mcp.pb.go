@@ -7,6 +7,7 @@
 package general_agentv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -138,6 +139,9 @@ func (McpServerState) EnumDescriptor() ([]byte, []int) {
 // How one MCP server is reached (spec section 10).
 type McpServerConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// How the server connects: it starts a local process (`stdio`) or dials an
+	// endpoint (`http`). Exactly one is set.
+	//
 	// Types that are valid to be assigned to Transport:
 	//
 	//	*McpServerConfig_Stdio
@@ -449,11 +453,415 @@ func (x *McpServerStatus) GetError() string {
 	return ""
 }
 
+// Request of SetMcpServers.
+type SetMcpServersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The new map.
+	Servers       map[string]*McpServerConfig `protobuf:"bytes,2,rep,name=servers,proto3" json:"servers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetMcpServersRequest) Reset() {
+	*x = SetMcpServersRequest{}
+	mi := &file_general_agent_v1_mcp_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMcpServersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMcpServersRequest) ProtoMessage() {}
+
+func (x *SetMcpServersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_general_agent_v1_mcp_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMcpServersRequest.ProtoReflect.Descriptor instead.
+func (*SetMcpServersRequest) Descriptor() ([]byte, []int) {
+	return file_general_agent_v1_mcp_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SetMcpServersRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SetMcpServersRequest) GetServers() map[string]*McpServerConfig {
+	if x != nil {
+		return x.Servers
+	}
+	return nil
+}
+
+// Response of SetMcpServers.
+type SetMcpServersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Status of each server.
+	Statuses      []*McpServerStatus `protobuf:"bytes,1,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetMcpServersResponse) Reset() {
+	*x = SetMcpServersResponse{}
+	mi := &file_general_agent_v1_mcp_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMcpServersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMcpServersResponse) ProtoMessage() {}
+
+func (x *SetMcpServersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_general_agent_v1_mcp_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMcpServersResponse.ProtoReflect.Descriptor instead.
+func (*SetMcpServersResponse) Descriptor() ([]byte, []int) {
+	return file_general_agent_v1_mcp_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SetMcpServersResponse) GetStatuses() []*McpServerStatus {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+// Request of GetMcpServers.
+type GetMcpServersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session.
+	SessionId     string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMcpServersRequest) Reset() {
+	*x = GetMcpServersRequest{}
+	mi := &file_general_agent_v1_mcp_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMcpServersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMcpServersRequest) ProtoMessage() {}
+
+func (x *GetMcpServersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_general_agent_v1_mcp_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMcpServersRequest.ProtoReflect.Descriptor instead.
+func (*GetMcpServersRequest) Descriptor() ([]byte, []int) {
+	return file_general_agent_v1_mcp_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GetMcpServersRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+// Response of GetMcpServers.
+type GetMcpServersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The map, secrets redacted.
+	Servers map[string]*McpServerConfig `protobuf:"bytes,1,rep,name=servers,proto3" json:"servers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Disabled server names.
+	DisabledServers []string `protobuf:"bytes,2,rep,name=disabled_servers,json=disabledServers,proto3" json:"disabled_servers,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *GetMcpServersResponse) Reset() {
+	*x = GetMcpServersResponse{}
+	mi := &file_general_agent_v1_mcp_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMcpServersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMcpServersResponse) ProtoMessage() {}
+
+func (x *GetMcpServersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_general_agent_v1_mcp_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMcpServersResponse.ProtoReflect.Descriptor instead.
+func (*GetMcpServersResponse) Descriptor() ([]byte, []int) {
+	return file_general_agent_v1_mcp_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *GetMcpServersResponse) GetServers() map[string]*McpServerConfig {
+	if x != nil {
+		return x.Servers
+	}
+	return nil
+}
+
+func (x *GetMcpServersResponse) GetDisabledServers() []string {
+	if x != nil {
+		return x.DisabledServers
+	}
+	return nil
+}
+
+// Request of ToggleMcpServer.
+type ToggleMcpServerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The server.
+	ServerName string `protobuf:"bytes,2,opt,name=server_name,json=serverName,proto3" json:"server_name,omitempty"`
+	// Enable or disable.
+	Enabled       bool `protobuf:"varint,3,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToggleMcpServerRequest) Reset() {
+	*x = ToggleMcpServerRequest{}
+	mi := &file_general_agent_v1_mcp_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToggleMcpServerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToggleMcpServerRequest) ProtoMessage() {}
+
+func (x *ToggleMcpServerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_general_agent_v1_mcp_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToggleMcpServerRequest.ProtoReflect.Descriptor instead.
+func (*ToggleMcpServerRequest) Descriptor() ([]byte, []int) {
+	return file_general_agent_v1_mcp_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ToggleMcpServerRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ToggleMcpServerRequest) GetServerName() string {
+	if x != nil {
+		return x.ServerName
+	}
+	return ""
+}
+
+func (x *ToggleMcpServerRequest) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+// Response of ToggleMcpServer.
+type ToggleMcpServerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its status afterwards.
+	Status        *McpServerStatus `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToggleMcpServerResponse) Reset() {
+	*x = ToggleMcpServerResponse{}
+	mi := &file_general_agent_v1_mcp_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToggleMcpServerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToggleMcpServerResponse) ProtoMessage() {}
+
+func (x *ToggleMcpServerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_general_agent_v1_mcp_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToggleMcpServerResponse.ProtoReflect.Descriptor instead.
+func (*ToggleMcpServerResponse) Descriptor() ([]byte, []int) {
+	return file_general_agent_v1_mcp_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ToggleMcpServerResponse) GetStatus() *McpServerStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+// Request of GetMcpStatus.
+type GetMcpStatusRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session.
+	SessionId     string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMcpStatusRequest) Reset() {
+	*x = GetMcpStatusRequest{}
+	mi := &file_general_agent_v1_mcp_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMcpStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMcpStatusRequest) ProtoMessage() {}
+
+func (x *GetMcpStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_general_agent_v1_mcp_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMcpStatusRequest.ProtoReflect.Descriptor instead.
+func (*GetMcpStatusRequest) Descriptor() ([]byte, []int) {
+	return file_general_agent_v1_mcp_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *GetMcpStatusRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+// Response of GetMcpStatus.
+type GetMcpStatusResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per configured server.
+	Statuses      []*McpServerStatus `protobuf:"bytes,1,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMcpStatusResponse) Reset() {
+	*x = GetMcpStatusResponse{}
+	mi := &file_general_agent_v1_mcp_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMcpStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMcpStatusResponse) ProtoMessage() {}
+
+func (x *GetMcpStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_general_agent_v1_mcp_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMcpStatusResponse.ProtoReflect.Descriptor instead.
+func (*GetMcpStatusResponse) Descriptor() ([]byte, []int) {
+	return file_general_agent_v1_mcp_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GetMcpStatusResponse) GetStatuses() []*McpServerStatus {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
 var File_general_agent_v1_mcp_proto protoreflect.FileDescriptor
 
 const file_general_agent_v1_mcp_proto_rawDesc = "" +
 	"\n" +
-	"\x1ageneral_agent/v1/mcp.proto\x12\x10general_agent.v1\"\x8f\x01\n" +
+	"\x1ageneral_agent/v1/mcp.proto\x12\x10general_agent.v1\x1a\x1fgoogle/api/field_behavior.proto\"\x8f\x01\n" +
 	"\x0fMcpServerConfig\x128\n" +
 	"\x05stdio\x18\x01 \x01(\v2 .general_agent.v1.McpStdioServerH\x00R\x05stdio\x125\n" +
 	"\x04http\x18\x02 \x01(\v2\x1f.general_agent.v1.McpHttpServerH\x00R\x04httpB\v\n" +
@@ -481,7 +889,38 @@ const file_general_agent_v1_mcp_proto_rawDesc = "" +
 	"\x05state\x18\x05 \x01(\x0e2 .general_agent.v1.McpServerStateR\x05state\x12\x1d\n" +
 	"\n" +
 	"tool_count\x18\x06 \x01(\x05R\ttoolCount\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error*^\n" +
+	"\x05error\x18\a \x01(\tR\x05error\"\xe9\x01\n" +
+	"\x14SetMcpServersRequest\x12#\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\tsessionId\x12M\n" +
+	"\aservers\x18\x02 \x03(\v23.general_agent.v1.SetMcpServersRequest.ServersEntryR\aservers\x1a]\n" +
+	"\fServersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x127\n" +
+	"\x05value\x18\x02 \x01(\v2!.general_agent.v1.McpServerConfigR\x05value:\x028\x01\"V\n" +
+	"\x15SetMcpServersResponse\x12=\n" +
+	"\bstatuses\x18\x01 \x03(\v2!.general_agent.v1.McpServerStatusR\bstatuses\";\n" +
+	"\x14GetMcpServersRequest\x12#\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\tsessionId\"\xf1\x01\n" +
+	"\x15GetMcpServersResponse\x12N\n" +
+	"\aservers\x18\x01 \x03(\v24.general_agent.v1.GetMcpServersResponse.ServersEntryR\aservers\x12)\n" +
+	"\x10disabled_servers\x18\x02 \x03(\tR\x0fdisabledServers\x1a]\n" +
+	"\fServersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x127\n" +
+	"\x05value\x18\x02 \x01(\v2!.general_agent.v1.McpServerConfigR\x05value:\x028\x01\"~\n" +
+	"\x16ToggleMcpServerRequest\x12#\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\tsessionId\x12%\n" +
+	"\vserver_name\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\n" +
+	"serverName\x12\x18\n" +
+	"\aenabled\x18\x03 \x01(\bR\aenabled\"T\n" +
+	"\x17ToggleMcpServerResponse\x129\n" +
+	"\x06status\x18\x01 \x01(\v2!.general_agent.v1.McpServerStatusR\x06status\":\n" +
+	"\x13GetMcpStatusRequest\x12#\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\tsessionId\"U\n" +
+	"\x14GetMcpStatusResponse\x12=\n" +
+	"\bstatuses\x18\x01 \x03(\v2!.general_agent.v1.McpServerStatusR\bstatuses*^\n" +
 	"\fMcpTransport\x12\x1d\n" +
 	"\x19MCP_TRANSPORT_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13MCP_TRANSPORT_STDIO\x10\x01\x12\x16\n" +
@@ -507,29 +946,46 @@ func file_general_agent_v1_mcp_proto_rawDescGZIP() []byte {
 }
 
 var file_general_agent_v1_mcp_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_general_agent_v1_mcp_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_general_agent_v1_mcp_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_general_agent_v1_mcp_proto_goTypes = []any{
-	(McpTransport)(0),       // 0: general_agent.v1.McpTransport
-	(McpServerState)(0),     // 1: general_agent.v1.McpServerState
-	(*McpServerConfig)(nil), // 2: general_agent.v1.McpServerConfig
-	(*McpStdioServer)(nil),  // 3: general_agent.v1.McpStdioServer
-	(*McpHttpServer)(nil),   // 4: general_agent.v1.McpHttpServer
-	(*McpServerStatus)(nil), // 5: general_agent.v1.McpServerStatus
-	nil,                     // 6: general_agent.v1.McpStdioServer.EnvEntry
-	nil,                     // 7: general_agent.v1.McpHttpServer.HeadersEntry
+	(McpTransport)(0),               // 0: general_agent.v1.McpTransport
+	(McpServerState)(0),             // 1: general_agent.v1.McpServerState
+	(*McpServerConfig)(nil),         // 2: general_agent.v1.McpServerConfig
+	(*McpStdioServer)(nil),          // 3: general_agent.v1.McpStdioServer
+	(*McpHttpServer)(nil),           // 4: general_agent.v1.McpHttpServer
+	(*McpServerStatus)(nil),         // 5: general_agent.v1.McpServerStatus
+	(*SetMcpServersRequest)(nil),    // 6: general_agent.v1.SetMcpServersRequest
+	(*SetMcpServersResponse)(nil),   // 7: general_agent.v1.SetMcpServersResponse
+	(*GetMcpServersRequest)(nil),    // 8: general_agent.v1.GetMcpServersRequest
+	(*GetMcpServersResponse)(nil),   // 9: general_agent.v1.GetMcpServersResponse
+	(*ToggleMcpServerRequest)(nil),  // 10: general_agent.v1.ToggleMcpServerRequest
+	(*ToggleMcpServerResponse)(nil), // 11: general_agent.v1.ToggleMcpServerResponse
+	(*GetMcpStatusRequest)(nil),     // 12: general_agent.v1.GetMcpStatusRequest
+	(*GetMcpStatusResponse)(nil),    // 13: general_agent.v1.GetMcpStatusResponse
+	nil,                             // 14: general_agent.v1.McpStdioServer.EnvEntry
+	nil,                             // 15: general_agent.v1.McpHttpServer.HeadersEntry
+	nil,                             // 16: general_agent.v1.SetMcpServersRequest.ServersEntry
+	nil,                             // 17: general_agent.v1.GetMcpServersResponse.ServersEntry
 }
 var file_general_agent_v1_mcp_proto_depIdxs = []int32{
-	3, // 0: general_agent.v1.McpServerConfig.stdio:type_name -> general_agent.v1.McpStdioServer
-	4, // 1: general_agent.v1.McpServerConfig.http:type_name -> general_agent.v1.McpHttpServer
-	6, // 2: general_agent.v1.McpStdioServer.env:type_name -> general_agent.v1.McpStdioServer.EnvEntry
-	7, // 3: general_agent.v1.McpHttpServer.headers:type_name -> general_agent.v1.McpHttpServer.HeadersEntry
-	0, // 4: general_agent.v1.McpServerStatus.transport:type_name -> general_agent.v1.McpTransport
-	1, // 5: general_agent.v1.McpServerStatus.state:type_name -> general_agent.v1.McpServerState
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	3,  // 0: general_agent.v1.McpServerConfig.stdio:type_name -> general_agent.v1.McpStdioServer
+	4,  // 1: general_agent.v1.McpServerConfig.http:type_name -> general_agent.v1.McpHttpServer
+	14, // 2: general_agent.v1.McpStdioServer.env:type_name -> general_agent.v1.McpStdioServer.EnvEntry
+	15, // 3: general_agent.v1.McpHttpServer.headers:type_name -> general_agent.v1.McpHttpServer.HeadersEntry
+	0,  // 4: general_agent.v1.McpServerStatus.transport:type_name -> general_agent.v1.McpTransport
+	1,  // 5: general_agent.v1.McpServerStatus.state:type_name -> general_agent.v1.McpServerState
+	16, // 6: general_agent.v1.SetMcpServersRequest.servers:type_name -> general_agent.v1.SetMcpServersRequest.ServersEntry
+	5,  // 7: general_agent.v1.SetMcpServersResponse.statuses:type_name -> general_agent.v1.McpServerStatus
+	17, // 8: general_agent.v1.GetMcpServersResponse.servers:type_name -> general_agent.v1.GetMcpServersResponse.ServersEntry
+	5,  // 9: general_agent.v1.ToggleMcpServerResponse.status:type_name -> general_agent.v1.McpServerStatus
+	5,  // 10: general_agent.v1.GetMcpStatusResponse.statuses:type_name -> general_agent.v1.McpServerStatus
+	2,  // 11: general_agent.v1.SetMcpServersRequest.ServersEntry.value:type_name -> general_agent.v1.McpServerConfig
+	2,  // 12: general_agent.v1.GetMcpServersResponse.ServersEntry.value:type_name -> general_agent.v1.McpServerConfig
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_general_agent_v1_mcp_proto_init() }
@@ -547,7 +1003,7 @@ func file_general_agent_v1_mcp_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_general_agent_v1_mcp_proto_rawDesc), len(file_general_agent_v1_mcp_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   6,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1120,7 +1120,7 @@ var File_general_agent_v1_session_proto protoreflect.FileDescriptor
 
 const file_general_agent_v1_session_proto_rawDesc = "" +
 	"\n" +
-	"\x1egeneral_agent/v1/session.proto\x12\x10general_agent.v1\x1a\x1bgeneral_agent/v1/hook.proto\x1a\x1ageneral_agent/v1/mcp.proto\x1a\x1bgeneral_agent/v1/tool.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x84\x01\n" +
+	"\x1egeneral_agent/v1/session.proto\x12\x10general_agent.v1\x1a(general_agent/v1/hook_registration.proto\x1a\"general_agent/v1/hosted_tool.proto\x1a\x1ageneral_agent/v1/mcp.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x84\x01\n" +
 	"\x0fSessionIdentity\x121\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1d.general_agent.v1.SessionModeR\x04mode\x12\x1d\n" +
 	"\n" +
@@ -1306,9 +1306,9 @@ func file_general_agent_v1_session_proto_init() {
 	if File_general_agent_v1_session_proto != nil {
 		return
 	}
-	file_general_agent_v1_hook_proto_init()
+	file_general_agent_v1_hook_registration_proto_init()
+	file_general_agent_v1_hosted_tool_proto_init()
 	file_general_agent_v1_mcp_proto_init()
-	file_general_agent_v1_tool_proto_init()
 	file_general_agent_v1_session_proto_msgTypes[2].OneofWrappers = []any{}
 	file_general_agent_v1_session_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}

@@ -3,7 +3,13 @@
 import grpc
 import warnings
 
-from general_agent.v1 import agent_service_pb2 as general__agent_dot_v1_dot_agent__service__pb2
+from general_agent.v1 import checkpoint_pb2 as general__agent_dot_v1_dot_checkpoint__pb2
+from general_agent.v1 import hook_registration_pb2 as general__agent_dot_v1_dot_hook__registration__pb2
+from general_agent.v1 import mcp_pb2 as general__agent_dot_v1_dot_mcp__pb2
+from general_agent.v1 import run_session_pb2 as general__agent_dot_v1_dot_run__session__pb2
+from general_agent.v1 import server_info_pb2 as general__agent_dot_v1_dot_server__info__pb2
+from general_agent.v1 import session_messages_pb2 as general__agent_dot_v1_dot_session__messages__pb2
+from general_agent.v1 import turn_pb2 as general__agent_dot_v1_dot_turn__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -26,7 +32,13 @@ if _version_not_supported:
 
 
 class AgentServiceStub:
-    """Hosts AI-agent sessions: create and manage sessions, stream turns, answer
+    """The AgentService definition alone. Its requests and responses live in files
+    by concern: session_messages.proto (session life cycle, history, usage,
+    compaction), turn.proto (turns and run control), run_session.proto (the
+    RunSession stream), checkpoint.proto, mcp.proto, hook_registration.proto
+    (remote hooks and EmitHook) and server_info.proto.
+
+    Hosts AI-agent sessions: create and manage sessions, stream turns, answer
     hosted tools, steer and stop runs, compact, and plug in hooks.
 
     Errors use canonical codes with `google.rpc.ErrorInfo{reason, domain
@@ -50,163 +62,169 @@ class AgentServiceStub:
         """
         self.CreateSession = channel.unary_unary(
                 '/general_agent.v1.AgentService/CreateSession',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.CreateSessionRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.CreateSessionResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_session__messages__pb2.CreateSessionRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_session__messages__pb2.CreateSessionResponse.FromString,
                 _registered_method=True)
         self.GetSession = channel.unary_unary(
                 '/general_agent.v1.AgentService/GetSession',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.GetSessionRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.GetSessionResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_session__messages__pb2.GetSessionRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_session__messages__pb2.GetSessionResponse.FromString,
                 _registered_method=True)
         self.ListSessions = channel.unary_unary(
                 '/general_agent.v1.AgentService/ListSessions',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.ListSessionsRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.ListSessionsResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_session__messages__pb2.ListSessionsRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_session__messages__pb2.ListSessionsResponse.FromString,
                 _registered_method=True)
         self.DeleteSession = channel.unary_unary(
                 '/general_agent.v1.AgentService/DeleteSession',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.DeleteSessionRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.DeleteSessionResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_session__messages__pb2.DeleteSessionRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_session__messages__pb2.DeleteSessionResponse.FromString,
                 _registered_method=True)
         self.ResumeSession = channel.unary_unary(
                 '/general_agent.v1.AgentService/ResumeSession',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.ResumeSessionRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.ResumeSessionResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_session__messages__pb2.ResumeSessionRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_session__messages__pb2.ResumeSessionResponse.FromString,
                 _registered_method=True)
         self.ContinueSession = channel.unary_unary(
                 '/general_agent.v1.AgentService/ContinueSession',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.ContinueSessionRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.ContinueSessionResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_session__messages__pb2.ContinueSessionRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_session__messages__pb2.ContinueSessionResponse.FromString,
                 _registered_method=True)
         self.ForkSession = channel.unary_unary(
                 '/general_agent.v1.AgentService/ForkSession',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.ForkSessionRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.ForkSessionResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_session__messages__pb2.ForkSessionRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_session__messages__pb2.ForkSessionResponse.FromString,
                 _registered_method=True)
         self.ResetSession = channel.unary_unary(
                 '/general_agent.v1.AgentService/ResetSession',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.ResetSessionRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.ResetSessionResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_session__messages__pb2.ResetSessionRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_session__messages__pb2.ResetSessionResponse.FromString,
                 _registered_method=True)
         self.GetSessionHistory = channel.unary_unary(
                 '/general_agent.v1.AgentService/GetSessionHistory',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.GetSessionHistoryRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.GetSessionHistoryResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_session__messages__pb2.GetSessionHistoryRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_session__messages__pb2.GetSessionHistoryResponse.FromString,
                 _registered_method=True)
         self.StreamTurn = channel.unary_stream(
                 '/general_agent.v1.AgentService/StreamTurn',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.StreamTurnRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.StreamTurnResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_turn__pb2.StreamTurnRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_turn__pb2.StreamTurnResponse.FromString,
                 _registered_method=True)
         self.SubmitHostedToolResult = channel.unary_stream(
                 '/general_agent.v1.AgentService/SubmitHostedToolResult',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.SubmitHostedToolResultRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.SubmitHostedToolResultResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_turn__pb2.SubmitHostedToolResultRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_turn__pb2.SubmitHostedToolResultResponse.FromString,
                 _registered_method=True)
         self.RunSession = channel.stream_stream(
                 '/general_agent.v1.AgentService/RunSession',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.RunSessionRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.RunSessionResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_run__session__pb2.RunSessionRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_run__session__pb2.RunSessionResponse.FromString,
                 _registered_method=True)
         self.WatchSession = channel.unary_stream(
                 '/general_agent.v1.AgentService/WatchSession',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.WatchSessionRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.WatchSessionResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_turn__pb2.WatchSessionRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_turn__pb2.WatchSessionResponse.FromString,
                 _registered_method=True)
         self.InjectMessage = channel.unary_unary(
                 '/general_agent.v1.AgentService/InjectMessage',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.InjectMessageRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.InjectMessageResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_turn__pb2.InjectMessageRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_turn__pb2.InjectMessageResponse.FromString,
                 _registered_method=True)
         self.RequestStop = channel.unary_unary(
                 '/general_agent.v1.AgentService/RequestStop',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.RequestStopRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.RequestStopResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_turn__pb2.RequestStopRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_turn__pb2.RequestStopResponse.FromString,
                 _registered_method=True)
         self.ClearStop = channel.unary_unary(
                 '/general_agent.v1.AgentService/ClearStop',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.ClearStopRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.ClearStopResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_turn__pb2.ClearStopRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_turn__pb2.ClearStopResponse.FromString,
                 _registered_method=True)
         self.CancelRun = channel.unary_unary(
                 '/general_agent.v1.AgentService/CancelRun',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.CancelRunRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.CancelRunResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_turn__pb2.CancelRunRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_turn__pb2.CancelRunResponse.FromString,
                 _registered_method=True)
         self.RequestCompaction = channel.unary_unary(
                 '/general_agent.v1.AgentService/RequestCompaction',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.RequestCompactionRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.RequestCompactionResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_session__messages__pb2.RequestCompactionRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_session__messages__pb2.RequestCompactionResponse.FromString,
                 _registered_method=True)
         self.MaybeCompactByTokens = channel.unary_unary(
                 '/general_agent.v1.AgentService/MaybeCompactByTokens',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.MaybeCompactByTokensRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.MaybeCompactByTokensResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_session__messages__pb2.MaybeCompactByTokensRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_session__messages__pb2.MaybeCompactByTokensResponse.FromString,
                 _registered_method=True)
         self.GetUsage = channel.unary_unary(
                 '/general_agent.v1.AgentService/GetUsage',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.GetUsageRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.GetUsageResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_session__messages__pb2.GetUsageRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_session__messages__pb2.GetUsageResponse.FromString,
                 _registered_method=True)
         self.ListCheckpoints = channel.unary_unary(
                 '/general_agent.v1.AgentService/ListCheckpoints',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.ListCheckpointsRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.ListCheckpointsResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_checkpoint__pb2.ListCheckpointsRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_checkpoint__pb2.ListCheckpointsResponse.FromString,
                 _registered_method=True)
         self.RestoreCheckpoint = channel.unary_unary(
                 '/general_agent.v1.AgentService/RestoreCheckpoint',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.RestoreCheckpointRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.RestoreCheckpointResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_checkpoint__pb2.RestoreCheckpointRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_checkpoint__pb2.RestoreCheckpointResponse.FromString,
                 _registered_method=True)
         self.SetMcpServers = channel.unary_unary(
                 '/general_agent.v1.AgentService/SetMcpServers',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.SetMcpServersRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.SetMcpServersResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_mcp__pb2.SetMcpServersRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_mcp__pb2.SetMcpServersResponse.FromString,
                 _registered_method=True)
         self.GetMcpServers = channel.unary_unary(
                 '/general_agent.v1.AgentService/GetMcpServers',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.GetMcpServersRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.GetMcpServersResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_mcp__pb2.GetMcpServersRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_mcp__pb2.GetMcpServersResponse.FromString,
                 _registered_method=True)
         self.ToggleMcpServer = channel.unary_unary(
                 '/general_agent.v1.AgentService/ToggleMcpServer',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.ToggleMcpServerRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.ToggleMcpServerResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_mcp__pb2.ToggleMcpServerRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_mcp__pb2.ToggleMcpServerResponse.FromString,
                 _registered_method=True)
         self.GetMcpStatus = channel.unary_unary(
                 '/general_agent.v1.AgentService/GetMcpStatus',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.GetMcpStatusRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.GetMcpStatusResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_mcp__pb2.GetMcpStatusRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_mcp__pb2.GetMcpStatusResponse.FromString,
                 _registered_method=True)
         self.RegisterHooks = channel.unary_unary(
                 '/general_agent.v1.AgentService/RegisterHooks',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.RegisterHooksRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.RegisterHooksResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_hook__registration__pb2.RegisterHooksRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_hook__registration__pb2.RegisterHooksResponse.FromString,
                 _registered_method=True)
         self.UnregisterHooks = channel.unary_unary(
                 '/general_agent.v1.AgentService/UnregisterHooks',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.UnregisterHooksRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.UnregisterHooksResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_hook__registration__pb2.UnregisterHooksRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_hook__registration__pb2.UnregisterHooksResponse.FromString,
                 _registered_method=True)
         self.ListHookRegistrations = channel.unary_unary(
                 '/general_agent.v1.AgentService/ListHookRegistrations',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.ListHookRegistrationsRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.ListHookRegistrationsResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_hook__registration__pb2.ListHookRegistrationsRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_hook__registration__pb2.ListHookRegistrationsResponse.FromString,
                 _registered_method=True)
         self.EmitHook = channel.unary_unary(
                 '/general_agent.v1.AgentService/EmitHook',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.EmitHookRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.EmitHookResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_hook__registration__pb2.EmitHookRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_hook__registration__pb2.EmitHookResponse.FromString,
                 _registered_method=True)
         self.GetServerInfo = channel.unary_unary(
                 '/general_agent.v1.AgentService/GetServerInfo',
-                request_serializer=general__agent_dot_v1_dot_agent__service__pb2.GetServerInfoRequest.SerializeToString,
-                response_deserializer=general__agent_dot_v1_dot_agent__service__pb2.GetServerInfoResponse.FromString,
+                request_serializer=general__agent_dot_v1_dot_server__info__pb2.GetServerInfoRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_server__info__pb2.GetServerInfoResponse.FromString,
                 _registered_method=True)
 
 
 class AgentServiceServicer:
-    """Hosts AI-agent sessions: create and manage sessions, stream turns, answer
+    """The AgentService definition alone. Its requests and responses live in files
+    by concern: session_messages.proto (session life cycle, history, usage,
+    compaction), turn.proto (turns and run control), run_session.proto (the
+    RunSession stream), checkpoint.proto, mcp.proto, hook_registration.proto
+    (remote hooks and EmitHook) and server_info.proto.
+
+    Hosts AI-agent sessions: create and manage sessions, stream turns, answer
     hosted tools, steer and stop runs, compact, and plug in hooks.
 
     Errors use canonical codes with `google.rpc.ErrorInfo{reason, domain
@@ -505,158 +523,158 @@ def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'CreateSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateSession,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.CreateSessionRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.CreateSessionResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_session__messages__pb2.CreateSessionRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_session__messages__pb2.CreateSessionResponse.SerializeToString,
             ),
             'GetSession': grpc.unary_unary_rpc_method_handler(
                     servicer.GetSession,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.GetSessionRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.GetSessionResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_session__messages__pb2.GetSessionRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_session__messages__pb2.GetSessionResponse.SerializeToString,
             ),
             'ListSessions': grpc.unary_unary_rpc_method_handler(
                     servicer.ListSessions,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.ListSessionsRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.ListSessionsResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_session__messages__pb2.ListSessionsRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_session__messages__pb2.ListSessionsResponse.SerializeToString,
             ),
             'DeleteSession': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteSession,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.DeleteSessionRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.DeleteSessionResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_session__messages__pb2.DeleteSessionRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_session__messages__pb2.DeleteSessionResponse.SerializeToString,
             ),
             'ResumeSession': grpc.unary_unary_rpc_method_handler(
                     servicer.ResumeSession,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.ResumeSessionRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.ResumeSessionResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_session__messages__pb2.ResumeSessionRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_session__messages__pb2.ResumeSessionResponse.SerializeToString,
             ),
             'ContinueSession': grpc.unary_unary_rpc_method_handler(
                     servicer.ContinueSession,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.ContinueSessionRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.ContinueSessionResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_session__messages__pb2.ContinueSessionRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_session__messages__pb2.ContinueSessionResponse.SerializeToString,
             ),
             'ForkSession': grpc.unary_unary_rpc_method_handler(
                     servicer.ForkSession,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.ForkSessionRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.ForkSessionResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_session__messages__pb2.ForkSessionRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_session__messages__pb2.ForkSessionResponse.SerializeToString,
             ),
             'ResetSession': grpc.unary_unary_rpc_method_handler(
                     servicer.ResetSession,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.ResetSessionRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.ResetSessionResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_session__messages__pb2.ResetSessionRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_session__messages__pb2.ResetSessionResponse.SerializeToString,
             ),
             'GetSessionHistory': grpc.unary_unary_rpc_method_handler(
                     servicer.GetSessionHistory,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.GetSessionHistoryRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.GetSessionHistoryResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_session__messages__pb2.GetSessionHistoryRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_session__messages__pb2.GetSessionHistoryResponse.SerializeToString,
             ),
             'StreamTurn': grpc.unary_stream_rpc_method_handler(
                     servicer.StreamTurn,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.StreamTurnRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.StreamTurnResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_turn__pb2.StreamTurnRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_turn__pb2.StreamTurnResponse.SerializeToString,
             ),
             'SubmitHostedToolResult': grpc.unary_stream_rpc_method_handler(
                     servicer.SubmitHostedToolResult,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.SubmitHostedToolResultRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.SubmitHostedToolResultResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_turn__pb2.SubmitHostedToolResultRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_turn__pb2.SubmitHostedToolResultResponse.SerializeToString,
             ),
             'RunSession': grpc.stream_stream_rpc_method_handler(
                     servicer.RunSession,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.RunSessionRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.RunSessionResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_run__session__pb2.RunSessionRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_run__session__pb2.RunSessionResponse.SerializeToString,
             ),
             'WatchSession': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchSession,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.WatchSessionRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.WatchSessionResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_turn__pb2.WatchSessionRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_turn__pb2.WatchSessionResponse.SerializeToString,
             ),
             'InjectMessage': grpc.unary_unary_rpc_method_handler(
                     servicer.InjectMessage,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.InjectMessageRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.InjectMessageResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_turn__pb2.InjectMessageRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_turn__pb2.InjectMessageResponse.SerializeToString,
             ),
             'RequestStop': grpc.unary_unary_rpc_method_handler(
                     servicer.RequestStop,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.RequestStopRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.RequestStopResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_turn__pb2.RequestStopRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_turn__pb2.RequestStopResponse.SerializeToString,
             ),
             'ClearStop': grpc.unary_unary_rpc_method_handler(
                     servicer.ClearStop,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.ClearStopRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.ClearStopResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_turn__pb2.ClearStopRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_turn__pb2.ClearStopResponse.SerializeToString,
             ),
             'CancelRun': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelRun,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.CancelRunRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.CancelRunResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_turn__pb2.CancelRunRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_turn__pb2.CancelRunResponse.SerializeToString,
             ),
             'RequestCompaction': grpc.unary_unary_rpc_method_handler(
                     servicer.RequestCompaction,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.RequestCompactionRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.RequestCompactionResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_session__messages__pb2.RequestCompactionRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_session__messages__pb2.RequestCompactionResponse.SerializeToString,
             ),
             'MaybeCompactByTokens': grpc.unary_unary_rpc_method_handler(
                     servicer.MaybeCompactByTokens,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.MaybeCompactByTokensRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.MaybeCompactByTokensResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_session__messages__pb2.MaybeCompactByTokensRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_session__messages__pb2.MaybeCompactByTokensResponse.SerializeToString,
             ),
             'GetUsage': grpc.unary_unary_rpc_method_handler(
                     servicer.GetUsage,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.GetUsageRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.GetUsageResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_session__messages__pb2.GetUsageRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_session__messages__pb2.GetUsageResponse.SerializeToString,
             ),
             'ListCheckpoints': grpc.unary_unary_rpc_method_handler(
                     servicer.ListCheckpoints,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.ListCheckpointsRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.ListCheckpointsResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_checkpoint__pb2.ListCheckpointsRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_checkpoint__pb2.ListCheckpointsResponse.SerializeToString,
             ),
             'RestoreCheckpoint': grpc.unary_unary_rpc_method_handler(
                     servicer.RestoreCheckpoint,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.RestoreCheckpointRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.RestoreCheckpointResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_checkpoint__pb2.RestoreCheckpointRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_checkpoint__pb2.RestoreCheckpointResponse.SerializeToString,
             ),
             'SetMcpServers': grpc.unary_unary_rpc_method_handler(
                     servicer.SetMcpServers,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.SetMcpServersRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.SetMcpServersResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_mcp__pb2.SetMcpServersRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_mcp__pb2.SetMcpServersResponse.SerializeToString,
             ),
             'GetMcpServers': grpc.unary_unary_rpc_method_handler(
                     servicer.GetMcpServers,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.GetMcpServersRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.GetMcpServersResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_mcp__pb2.GetMcpServersRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_mcp__pb2.GetMcpServersResponse.SerializeToString,
             ),
             'ToggleMcpServer': grpc.unary_unary_rpc_method_handler(
                     servicer.ToggleMcpServer,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.ToggleMcpServerRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.ToggleMcpServerResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_mcp__pb2.ToggleMcpServerRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_mcp__pb2.ToggleMcpServerResponse.SerializeToString,
             ),
             'GetMcpStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetMcpStatus,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.GetMcpStatusRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.GetMcpStatusResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_mcp__pb2.GetMcpStatusRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_mcp__pb2.GetMcpStatusResponse.SerializeToString,
             ),
             'RegisterHooks': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterHooks,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.RegisterHooksRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.RegisterHooksResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_hook__registration__pb2.RegisterHooksRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_hook__registration__pb2.RegisterHooksResponse.SerializeToString,
             ),
             'UnregisterHooks': grpc.unary_unary_rpc_method_handler(
                     servicer.UnregisterHooks,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.UnregisterHooksRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.UnregisterHooksResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_hook__registration__pb2.UnregisterHooksRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_hook__registration__pb2.UnregisterHooksResponse.SerializeToString,
             ),
             'ListHookRegistrations': grpc.unary_unary_rpc_method_handler(
                     servicer.ListHookRegistrations,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.ListHookRegistrationsRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.ListHookRegistrationsResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_hook__registration__pb2.ListHookRegistrationsRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_hook__registration__pb2.ListHookRegistrationsResponse.SerializeToString,
             ),
             'EmitHook': grpc.unary_unary_rpc_method_handler(
                     servicer.EmitHook,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.EmitHookRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.EmitHookResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_hook__registration__pb2.EmitHookRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_hook__registration__pb2.EmitHookResponse.SerializeToString,
             ),
             'GetServerInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetServerInfo,
-                    request_deserializer=general__agent_dot_v1_dot_agent__service__pb2.GetServerInfoRequest.FromString,
-                    response_serializer=general__agent_dot_v1_dot_agent__service__pb2.GetServerInfoResponse.SerializeToString,
+                    request_deserializer=general__agent_dot_v1_dot_server__info__pb2.GetServerInfoRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_server__info__pb2.GetServerInfoResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -667,7 +685,13 @@ def add_AgentServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class AgentService:
-    """Hosts AI-agent sessions: create and manage sessions, stream turns, answer
+    """The AgentService definition alone. Its requests and responses live in files
+    by concern: session_messages.proto (session life cycle, history, usage,
+    compaction), turn.proto (turns and run control), run_session.proto (the
+    RunSession stream), checkpoint.proto, mcp.proto, hook_registration.proto
+    (remote hooks and EmitHook) and server_info.proto.
+
+    Hosts AI-agent sessions: create and manage sessions, stream turns, answer
     hosted tools, steer and stop runs, compact, and plug in hooks.
 
     Errors use canonical codes with `google.rpc.ErrorInfo{reason, domain
@@ -698,8 +722,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/CreateSession',
-            general__agent_dot_v1_dot_agent__service__pb2.CreateSessionRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.CreateSessionResponse.FromString,
+            general__agent_dot_v1_dot_session__messages__pb2.CreateSessionRequest.SerializeToString,
+            general__agent_dot_v1_dot_session__messages__pb2.CreateSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -725,8 +749,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/GetSession',
-            general__agent_dot_v1_dot_agent__service__pb2.GetSessionRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.GetSessionResponse.FromString,
+            general__agent_dot_v1_dot_session__messages__pb2.GetSessionRequest.SerializeToString,
+            general__agent_dot_v1_dot_session__messages__pb2.GetSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -752,8 +776,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/ListSessions',
-            general__agent_dot_v1_dot_agent__service__pb2.ListSessionsRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.ListSessionsResponse.FromString,
+            general__agent_dot_v1_dot_session__messages__pb2.ListSessionsRequest.SerializeToString,
+            general__agent_dot_v1_dot_session__messages__pb2.ListSessionsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -779,8 +803,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/DeleteSession',
-            general__agent_dot_v1_dot_agent__service__pb2.DeleteSessionRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.DeleteSessionResponse.FromString,
+            general__agent_dot_v1_dot_session__messages__pb2.DeleteSessionRequest.SerializeToString,
+            general__agent_dot_v1_dot_session__messages__pb2.DeleteSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -806,8 +830,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/ResumeSession',
-            general__agent_dot_v1_dot_agent__service__pb2.ResumeSessionRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.ResumeSessionResponse.FromString,
+            general__agent_dot_v1_dot_session__messages__pb2.ResumeSessionRequest.SerializeToString,
+            general__agent_dot_v1_dot_session__messages__pb2.ResumeSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -833,8 +857,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/ContinueSession',
-            general__agent_dot_v1_dot_agent__service__pb2.ContinueSessionRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.ContinueSessionResponse.FromString,
+            general__agent_dot_v1_dot_session__messages__pb2.ContinueSessionRequest.SerializeToString,
+            general__agent_dot_v1_dot_session__messages__pb2.ContinueSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -860,8 +884,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/ForkSession',
-            general__agent_dot_v1_dot_agent__service__pb2.ForkSessionRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.ForkSessionResponse.FromString,
+            general__agent_dot_v1_dot_session__messages__pb2.ForkSessionRequest.SerializeToString,
+            general__agent_dot_v1_dot_session__messages__pb2.ForkSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -887,8 +911,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/ResetSession',
-            general__agent_dot_v1_dot_agent__service__pb2.ResetSessionRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.ResetSessionResponse.FromString,
+            general__agent_dot_v1_dot_session__messages__pb2.ResetSessionRequest.SerializeToString,
+            general__agent_dot_v1_dot_session__messages__pb2.ResetSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -914,8 +938,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/GetSessionHistory',
-            general__agent_dot_v1_dot_agent__service__pb2.GetSessionHistoryRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.GetSessionHistoryResponse.FromString,
+            general__agent_dot_v1_dot_session__messages__pb2.GetSessionHistoryRequest.SerializeToString,
+            general__agent_dot_v1_dot_session__messages__pb2.GetSessionHistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -941,8 +965,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/StreamTurn',
-            general__agent_dot_v1_dot_agent__service__pb2.StreamTurnRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.StreamTurnResponse.FromString,
+            general__agent_dot_v1_dot_turn__pb2.StreamTurnRequest.SerializeToString,
+            general__agent_dot_v1_dot_turn__pb2.StreamTurnResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -968,8 +992,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/SubmitHostedToolResult',
-            general__agent_dot_v1_dot_agent__service__pb2.SubmitHostedToolResultRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.SubmitHostedToolResultResponse.FromString,
+            general__agent_dot_v1_dot_turn__pb2.SubmitHostedToolResultRequest.SerializeToString,
+            general__agent_dot_v1_dot_turn__pb2.SubmitHostedToolResultResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -995,8 +1019,8 @@ class AgentService:
             request_iterator,
             target,
             '/general_agent.v1.AgentService/RunSession',
-            general__agent_dot_v1_dot_agent__service__pb2.RunSessionRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.RunSessionResponse.FromString,
+            general__agent_dot_v1_dot_run__session__pb2.RunSessionRequest.SerializeToString,
+            general__agent_dot_v1_dot_run__session__pb2.RunSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1022,8 +1046,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/WatchSession',
-            general__agent_dot_v1_dot_agent__service__pb2.WatchSessionRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.WatchSessionResponse.FromString,
+            general__agent_dot_v1_dot_turn__pb2.WatchSessionRequest.SerializeToString,
+            general__agent_dot_v1_dot_turn__pb2.WatchSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1049,8 +1073,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/InjectMessage',
-            general__agent_dot_v1_dot_agent__service__pb2.InjectMessageRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.InjectMessageResponse.FromString,
+            general__agent_dot_v1_dot_turn__pb2.InjectMessageRequest.SerializeToString,
+            general__agent_dot_v1_dot_turn__pb2.InjectMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1076,8 +1100,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/RequestStop',
-            general__agent_dot_v1_dot_agent__service__pb2.RequestStopRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.RequestStopResponse.FromString,
+            general__agent_dot_v1_dot_turn__pb2.RequestStopRequest.SerializeToString,
+            general__agent_dot_v1_dot_turn__pb2.RequestStopResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1103,8 +1127,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/ClearStop',
-            general__agent_dot_v1_dot_agent__service__pb2.ClearStopRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.ClearStopResponse.FromString,
+            general__agent_dot_v1_dot_turn__pb2.ClearStopRequest.SerializeToString,
+            general__agent_dot_v1_dot_turn__pb2.ClearStopResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1130,8 +1154,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/CancelRun',
-            general__agent_dot_v1_dot_agent__service__pb2.CancelRunRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.CancelRunResponse.FromString,
+            general__agent_dot_v1_dot_turn__pb2.CancelRunRequest.SerializeToString,
+            general__agent_dot_v1_dot_turn__pb2.CancelRunResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1157,8 +1181,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/RequestCompaction',
-            general__agent_dot_v1_dot_agent__service__pb2.RequestCompactionRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.RequestCompactionResponse.FromString,
+            general__agent_dot_v1_dot_session__messages__pb2.RequestCompactionRequest.SerializeToString,
+            general__agent_dot_v1_dot_session__messages__pb2.RequestCompactionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1184,8 +1208,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/MaybeCompactByTokens',
-            general__agent_dot_v1_dot_agent__service__pb2.MaybeCompactByTokensRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.MaybeCompactByTokensResponse.FromString,
+            general__agent_dot_v1_dot_session__messages__pb2.MaybeCompactByTokensRequest.SerializeToString,
+            general__agent_dot_v1_dot_session__messages__pb2.MaybeCompactByTokensResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1211,8 +1235,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/GetUsage',
-            general__agent_dot_v1_dot_agent__service__pb2.GetUsageRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.GetUsageResponse.FromString,
+            general__agent_dot_v1_dot_session__messages__pb2.GetUsageRequest.SerializeToString,
+            general__agent_dot_v1_dot_session__messages__pb2.GetUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1238,8 +1262,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/ListCheckpoints',
-            general__agent_dot_v1_dot_agent__service__pb2.ListCheckpointsRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.ListCheckpointsResponse.FromString,
+            general__agent_dot_v1_dot_checkpoint__pb2.ListCheckpointsRequest.SerializeToString,
+            general__agent_dot_v1_dot_checkpoint__pb2.ListCheckpointsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1265,8 +1289,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/RestoreCheckpoint',
-            general__agent_dot_v1_dot_agent__service__pb2.RestoreCheckpointRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.RestoreCheckpointResponse.FromString,
+            general__agent_dot_v1_dot_checkpoint__pb2.RestoreCheckpointRequest.SerializeToString,
+            general__agent_dot_v1_dot_checkpoint__pb2.RestoreCheckpointResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1292,8 +1316,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/SetMcpServers',
-            general__agent_dot_v1_dot_agent__service__pb2.SetMcpServersRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.SetMcpServersResponse.FromString,
+            general__agent_dot_v1_dot_mcp__pb2.SetMcpServersRequest.SerializeToString,
+            general__agent_dot_v1_dot_mcp__pb2.SetMcpServersResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1319,8 +1343,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/GetMcpServers',
-            general__agent_dot_v1_dot_agent__service__pb2.GetMcpServersRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.GetMcpServersResponse.FromString,
+            general__agent_dot_v1_dot_mcp__pb2.GetMcpServersRequest.SerializeToString,
+            general__agent_dot_v1_dot_mcp__pb2.GetMcpServersResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1346,8 +1370,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/ToggleMcpServer',
-            general__agent_dot_v1_dot_agent__service__pb2.ToggleMcpServerRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.ToggleMcpServerResponse.FromString,
+            general__agent_dot_v1_dot_mcp__pb2.ToggleMcpServerRequest.SerializeToString,
+            general__agent_dot_v1_dot_mcp__pb2.ToggleMcpServerResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1373,8 +1397,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/GetMcpStatus',
-            general__agent_dot_v1_dot_agent__service__pb2.GetMcpStatusRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.GetMcpStatusResponse.FromString,
+            general__agent_dot_v1_dot_mcp__pb2.GetMcpStatusRequest.SerializeToString,
+            general__agent_dot_v1_dot_mcp__pb2.GetMcpStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1400,8 +1424,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/RegisterHooks',
-            general__agent_dot_v1_dot_agent__service__pb2.RegisterHooksRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.RegisterHooksResponse.FromString,
+            general__agent_dot_v1_dot_hook__registration__pb2.RegisterHooksRequest.SerializeToString,
+            general__agent_dot_v1_dot_hook__registration__pb2.RegisterHooksResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1427,8 +1451,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/UnregisterHooks',
-            general__agent_dot_v1_dot_agent__service__pb2.UnregisterHooksRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.UnregisterHooksResponse.FromString,
+            general__agent_dot_v1_dot_hook__registration__pb2.UnregisterHooksRequest.SerializeToString,
+            general__agent_dot_v1_dot_hook__registration__pb2.UnregisterHooksResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1454,8 +1478,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/ListHookRegistrations',
-            general__agent_dot_v1_dot_agent__service__pb2.ListHookRegistrationsRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.ListHookRegistrationsResponse.FromString,
+            general__agent_dot_v1_dot_hook__registration__pb2.ListHookRegistrationsRequest.SerializeToString,
+            general__agent_dot_v1_dot_hook__registration__pb2.ListHookRegistrationsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1481,8 +1505,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/EmitHook',
-            general__agent_dot_v1_dot_agent__service__pb2.EmitHookRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.EmitHookResponse.FromString,
+            general__agent_dot_v1_dot_hook__registration__pb2.EmitHookRequest.SerializeToString,
+            general__agent_dot_v1_dot_hook__registration__pb2.EmitHookResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1508,8 +1532,8 @@ class AgentService:
             request,
             target,
             '/general_agent.v1.AgentService/GetServerInfo',
-            general__agent_dot_v1_dot_agent__service__pb2.GetServerInfoRequest.SerializeToString,
-            general__agent_dot_v1_dot_agent__service__pb2.GetServerInfoResponse.FromString,
+            general__agent_dot_v1_dot_server__info__pb2.GetServerInfoRequest.SerializeToString,
+            general__agent_dot_v1_dot_server__info__pb2.GetServerInfoResponse.FromString,
             options,
             channel_credentials,
             insecure,

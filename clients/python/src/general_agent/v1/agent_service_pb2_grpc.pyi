@@ -4,7 +4,13 @@ isort:skip_file
 """
 
 from collections import abc as _abc
-from general_agent.v1 import agent_service_pb2 as _agent_service_pb2
+from general_agent.v1 import checkpoint_pb2 as _checkpoint_pb2
+from general_agent.v1 import hook_registration_pb2 as _hook_registration_pb2
+from general_agent.v1 import mcp_pb2 as _mcp_pb2
+from general_agent.v1 import run_session_pb2 as _run_session_pb2
+from general_agent.v1 import server_info_pb2 as _server_info_pb2
+from general_agent.v1 import session_messages_pb2 as _session_messages_pb2
+from general_agent.v1 import turn_pb2 as _turn_pb2
 from grpc import aio as _aio
 import abc as _abc_1
 import grpc as _grpc
@@ -27,7 +33,13 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class AgentServiceStub:
-    """Hosts AI-agent sessions: create and manage sessions, stream turns, answer
+    """The AgentService definition alone. Its requests and responses live in files
+    by concern: session_messages.proto (session life cycle, history, usage,
+    compaction), turn.proto (turns and run control), run_session.proto (the
+    RunSession stream), checkpoint.proto, mcp.proto, hook_registration.proto
+    (remote hooks and EmitHook) and server_info.proto.
+
+    Hosts AI-agent sessions: create and manage sessions, stream turns, answer
     hosted tools, steer and stop runs, compact, and plug in hooks.
 
     Errors use canonical codes with `google.rpc.ErrorInfo{reason, domain
@@ -47,7 +59,7 @@ class AgentServiceStub:
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> AgentServiceAsyncStub: ...
-    CreateSession: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.CreateSessionRequest, _agent_service_pb2.CreateSessionResponse]
+    CreateSession: _grpc.UnaryUnaryMultiCallable[_session_messages_pb2.CreateSessionRequest, _session_messages_pb2.CreateSessionResponse]
     """Creates a session and persists it at once; nothing runs until the first
     turn. Empty `session.identity.session_id` ⇒ a UUID. No model ref ⇒ the
     server default.
@@ -55,47 +67,47 @@ class AgentServiceStub:
     field violations (hosted tool names, limits, labels).
     Idempotent with `request_id`.
     """
-    GetSession: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.GetSessionRequest, _agent_service_pb2.GetSessionResponse]
+    GetSession: _grpc.UnaryUnaryMultiCallable[_session_messages_pb2.GetSessionRequest, _session_messages_pb2.GetSessionResponse]
     """Returns a session. Errors: NOT_FOUND `SESSION_NOT_FOUND` (also for ids
     of another tenant). Read-only.
     """
-    ListSessions: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.ListSessionsRequest, _agent_service_pb2.ListSessionsResponse]
+    ListSessions: _grpc.UnaryUnaryMultiCallable[_session_messages_pb2.ListSessionsRequest, _session_messages_pb2.ListSessionsResponse]
     """Lists sessions newest first (`update_time` desc, then `session_id`),
     paged. Errors: INVALID_ARGUMENT `INVALID_PAGE_TOKEN` when the token is
     malformed or was issued for other filters. Read-only.
     """
-    DeleteSession: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.DeleteSessionRequest, _agent_service_pb2.DeleteSessionResponse]
+    DeleteSession: _grpc.UnaryUnaryMultiCallable[_session_messages_pb2.DeleteSessionRequest, _session_messages_pb2.DeleteSessionResponse]
     """Deletes a session and everything it owns; stops any run with
     `SESSION_DELETED`. Deleting an unknown id succeeds (`deleted=false`).
     Idempotent by nature.
     """
-    ResumeSession: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.ResumeSessionRequest, _agent_service_pb2.ResumeSessionResponse]
+    ResumeSession: _grpc.UnaryUnaryMultiCallable[_session_messages_pb2.ResumeSessionRequest, _session_messages_pb2.ResumeSessionResponse]
     """Returns the session after persisting the overrides; starts no run and
     leaves history and pending calls unchanged. Errors: NOT_FOUND.
     Idempotent.
     """
-    ContinueSession: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.ContinueSessionRequest, _agent_service_pb2.ContinueSessionResponse]
+    ContinueSession: _grpc.UnaryUnaryMultiCallable[_session_messages_pb2.ContinueSessionRequest, _session_messages_pb2.ContinueSessionResponse]
     """Like ResumeSession, addressed by `identity.session_id`; persists the
     given session_key and mode. Errors: NOT_FOUND; FAILED_PRECONDITION
     `IDENTITY_MISMATCH` for a mode change while a run is active or
     suspended. Idempotent.
     """
-    ForkSession: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.ForkSessionRequest, _agent_service_pb2.ForkSessionResponse]
+    ForkSession: _grpc.UnaryUnaryMultiCallable[_session_messages_pb2.ForkSessionRequest, _session_messages_pb2.ForkSessionResponse]
     """Creates a new session with the source's history and transcript up to
     the last completed run at or before `at_sequence`. Errors: NOT_FOUND
     (source); ALREADY_EXISTS (new id). Idempotent with `request_id`.
     """
-    ResetSession: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.ResetSessionRequest, _agent_service_pb2.ResetSessionResponse]
+    ResetSession: _grpc.UnaryUnaryMultiCallable[_session_messages_pb2.ResetSessionRequest, _session_messages_pb2.ResetSessionResponse]
     """Stops any run (`SESSION_RESET`), clears history, pending calls, usage
     snapshot and stop flag; keeps identity, config, checkpoints, cumulative
     usage and event numbering. Errors: NOT_FOUND. Idempotent with
     `request_id`.
     """
-    GetSessionHistory: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.GetSessionHistoryRequest, _agent_service_pb2.GetSessionHistoryResponse]
+    GetSessionHistory: _grpc.UnaryUnaryMultiCallable[_session_messages_pb2.GetSessionHistoryRequest, _session_messages_pb2.GetSessionHistoryResponse]
     """Pages through the transcript entries. Errors: NOT_FOUND;
     INVALID_ARGUMENT `INVALID_PAGE_TOKEN`. Read-only.
     """
-    StreamTurn: _grpc.UnaryStreamMultiCallable[_agent_service_pb2.StreamTurnRequest, _agent_service_pb2.StreamTurnResponse]
+    StreamTurn: _grpc.UnaryStreamMultiCallable[_turn_pb2.StreamTurnRequest, _turn_pb2.StreamTurnResponse]
     """Runs one turn and streams its events; the stream ends right after the
     first `run_finished` (terminal or SUSPENDED).
     Errors before any event: NOT_FOUND; INVALID_ARGUMENT (empty input,
@@ -105,7 +117,7 @@ class AgentServiceStub:
     UNAVAILABLE `SHUTTING_DOWN`. Run failures are events, not RPC errors.
     Idempotent with `request_id`: a replay attaches to the original run.
     """
-    SubmitHostedToolResult: _grpc.UnaryStreamMultiCallable[_agent_service_pb2.SubmitHostedToolResultRequest, _agent_service_pb2.SubmitHostedToolResultResponse]
+    SubmitHostedToolResult: _grpc.UnaryStreamMultiCallable[_turn_pb2.SubmitHostedToolResultRequest, _turn_pb2.SubmitHostedToolResultResponse]
     """Resolves one pending hosted call and streams until the next
     `run_finished`. Errors: NOT_FOUND `UNKNOWN_TOOL_CALL`;
     FAILED_PRECONDITION `TOOL_CALL_ALREADY_RESOLVED` (metadata
@@ -113,14 +125,14 @@ class AgentServiceStub:
     pending). An identical duplicate submit is OK and replays that submit's
     events.
     """
-    RunSession: _grpc.StreamStreamMultiCallable[_agent_service_pb2.RunSessionRequest, _agent_service_pb2.RunSessionResponse]
+    RunSession: _grpc.StreamStreamMultiCallable[_run_session_pb2.RunSessionRequest, _run_session_pb2.RunSessionResponse]
     """The bidirectional protocol for long-lived hosts (spec 5.5): attach
     first, then turns, hosted results, inject, stop, cancel and pings on one
     stream. Only protocol and auth errors end the stream (INVALID_ARGUMENT
     when the first message is not `attach`; NOT_FOUND for an unknown
     session); a rejected command gets a `command_result` with its status.
     """
-    WatchSession: _grpc.UnaryStreamMultiCallable[_agent_service_pb2.WatchSessionRequest, _agent_service_pb2.WatchSessionResponse]
+    WatchSession: _grpc.UnaryStreamMultiCallable[_turn_pb2.WatchSessionRequest, _turn_pb2.WatchSessionResponse]
     """Streams the session's events after `after_sequence` (replayed from the
     durable log), then live events, with no gap and no duplicate.
     Errors: NOT_FOUND; OUT_OF_RANGE `EVENTS_EXPIRED` (metadata
@@ -128,75 +140,81 @@ class AgentServiceStub:
     whose buffer overflowed; UNAVAILABLE at shutdown (reconnect with the
     last sequence seen).
     """
-    InjectMessage: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.InjectMessageRequest, _agent_service_pb2.InjectMessageResponse]
+    InjectMessage: _grpc.UnaryUnaryMultiCallable[_turn_pb2.InjectMessageRequest, _turn_pb2.InjectMessageResponse]
     """Steering: while a run is RUNNING or SUSPENDED the message is committed
     and given to the model at its next call (`accepted=true`). IDLE ⇒
     `accepted=false`, nothing written. Errors: NOT_FOUND, INVALID_ARGUMENT.
     Idempotent with `request_id`.
     """
-    RequestStop: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.RequestStopRequest, _agent_service_pb2.RequestStopResponse]
+    RequestStop: _grpc.UnaryUnaryMultiCallable[_turn_pb2.RequestStopRequest, _turn_pb2.RequestStopResponse]
     """Sets the sticky stop flag; a running run stops (`STOP_REQUESTED`) and
     later turns end at once until ClearStop or reset. Errors: NOT_FOUND.
     Idempotent by nature.
     """
-    ClearStop: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.ClearStopRequest, _agent_service_pb2.ClearStopResponse]
+    ClearStop: _grpc.UnaryUnaryMultiCallable[_turn_pb2.ClearStopRequest, _turn_pb2.ClearStopResponse]
     """Clears the stop flag. Errors: NOT_FOUND. Idempotent by nature."""
-    CancelRun: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.CancelRunRequest, _agent_service_pb2.CancelRunResponse]
+    CancelRun: _grpc.UnaryUnaryMultiCallable[_turn_pb2.CancelRunRequest, _turn_pb2.CancelRunResponse]
     """Stops the current run once (`CANCELLED`), not sticky. A run id that is
     not the active run ⇒ `cancelled=false`. Errors: NOT_FOUND.
     """
-    RequestCompaction: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.RequestCompactionRequest, _agent_service_pb2.RequestCompactionResponse]
+    RequestCompaction: _grpc.UnaryUnaryMultiCallable[_session_messages_pb2.RequestCompactionRequest, _session_messages_pb2.RequestCompactionResponse]
     """Compacts the history now with a model-written summary (reason
     `manual_request`). Errors: NOT_FOUND; FAILED_PRECONDITION
     `SESSION_BUSY` while a run is RUNNING or SUSPENDED; `NO_API_KEY`.
     """
-    MaybeCompactByTokens: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.MaybeCompactByTokensRequest, _agent_service_pb2.MaybeCompactByTokensResponse]
+    MaybeCompactByTokens: _grpc.UnaryUnaryMultiCallable[_session_messages_pb2.MaybeCompactByTokensRequest, _session_messages_pb2.MaybeCompactByTokensResponse]
     """Compacts when the usage snapshot is at or above `threshold_pct` and the
     cooldown has passed (reason `token_threshold`). Same errors as
     RequestCompaction.
     """
-    GetUsage: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.GetUsageRequest, _agent_service_pb2.GetUsageResponse]
+    GetUsage: _grpc.UnaryUnaryMultiCallable[_session_messages_pb2.GetUsageRequest, _session_messages_pb2.GetUsageResponse]
     """Returns the usage snapshot and cumulative usage. Errors: NOT_FOUND."""
-    ListCheckpoints: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.ListCheckpointsRequest, _agent_service_pb2.ListCheckpointsResponse]
+    ListCheckpoints: _grpc.UnaryUnaryMultiCallable[_checkpoint_pb2.ListCheckpointsRequest, _checkpoint_pb2.ListCheckpointsResponse]
     """Lists file checkpoints newest first. Errors: NOT_FOUND."""
-    RestoreCheckpoint: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.RestoreCheckpointRequest, _agent_service_pb2.RestoreCheckpointResponse]
+    RestoreCheckpoint: _grpc.UnaryUnaryMultiCallable[_checkpoint_pb2.RestoreCheckpointRequest, _checkpoint_pb2.RestoreCheckpointResponse]
     """Rewinds the workspace files to before the checkpoint, undoing it and
     every newer one. Errors: NOT_FOUND `CHECKPOINT_NOT_FOUND`;
     FAILED_PRECONDITION `SESSION_BUSY` while a run is active.
     """
-    SetMcpServers: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.SetMcpServersRequest, _agent_service_pb2.SetMcpServersResponse]
+    SetMcpServers: _grpc.UnaryUnaryMultiCallable[_mcp_pb2.SetMcpServersRequest, _mcp_pb2.SetMcpServersResponse]
     """Replaces the session's MCP server map; drops disabled markers of
     removed servers. Errors: NOT_FOUND; INVALID_ARGUMENT (SSRF-refused URL,
     stdio command not allowed). Idempotent by nature.
     """
-    GetMcpServers: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.GetMcpServersRequest, _agent_service_pb2.GetMcpServersResponse]
+    GetMcpServers: _grpc.UnaryUnaryMultiCallable[_mcp_pb2.GetMcpServersRequest, _mcp_pb2.GetMcpServersResponse]
     """Returns the MCP server map with secrets redacted. Errors: NOT_FOUND."""
-    ToggleMcpServer: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.ToggleMcpServerRequest, _agent_service_pb2.ToggleMcpServerResponse]
+    ToggleMcpServer: _grpc.UnaryUnaryMultiCallable[_mcp_pb2.ToggleMcpServerRequest, _mcp_pb2.ToggleMcpServerResponse]
     """Enables or disables one MCP server. Errors: NOT_FOUND
     `MCP_SERVER_NOT_FOUND`. Idempotent by nature.
     """
-    GetMcpStatus: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.GetMcpStatusRequest, _agent_service_pb2.GetMcpStatusResponse]
+    GetMcpStatus: _grpc.UnaryUnaryMultiCallable[_mcp_pb2.GetMcpStatusRequest, _mcp_pb2.GetMcpStatusResponse]
     """Reports each MCP server's connection state. Errors: NOT_FOUND."""
-    RegisterHooks: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.RegisterHooksRequest, _agent_service_pb2.RegisterHooksResponse]
+    RegisterHooks: _grpc.UnaryUnaryMultiCallable[_hook_registration_pb2.RegisterHooksRequest, _hook_registration_pb2.RegisterHooksResponse]
     """Registers (or replaces, by plugin_id) a remote hook registration for
     the caller's tenant; persisted across restarts. Errors:
     INVALID_ARGUMENT `INVALID_HOOK`. Idempotent by nature.
     """
-    UnregisterHooks: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.UnregisterHooksRequest, _agent_service_pb2.UnregisterHooksResponse]
+    UnregisterHooks: _grpc.UnaryUnaryMultiCallable[_hook_registration_pb2.UnregisterHooksRequest, _hook_registration_pb2.UnregisterHooksResponse]
     """Removes a registration by plugin_id (`removed=false` when absent)."""
-    ListHookRegistrations: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.ListHookRegistrationsRequest, _agent_service_pb2.ListHookRegistrationsResponse]
+    ListHookRegistrations: _grpc.UnaryUnaryMultiCallable[_hook_registration_pb2.ListHookRegistrationsRequest, _hook_registration_pb2.ListHookRegistrationsResponse]
     """Lists registrations: server-wide for the tenant, or one session's."""
-    EmitHook: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.EmitHookRequest, _agent_service_pb2.EmitHookResponse]
+    EmitHook: _grpc.UnaryUnaryMultiCallable[_hook_registration_pb2.EmitHookRequest, _hook_registration_pb2.EmitHookResponse]
     """Runs any hook with the runner's merge rules and returns the merged
     result. Errors: INVALID_ARGUMENT `INVALID_HOOK` for an unknown name;
     NOT_FOUND for an unknown session.
     """
-    GetServerInfo: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.GetServerInfoRequest, _agent_service_pb2.GetServerInfoResponse]
+    GetServerInfo: _grpc.UnaryUnaryMultiCallable[_server_info_pb2.GetServerInfoRequest, _server_info_pb2.GetServerInfoResponse]
     """Version, API version, capabilities and limits. Read-only."""
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
-    """Hosts AI-agent sessions: create and manage sessions, stream turns, answer
+    """The AgentService definition alone. Its requests and responses live in files
+    by concern: session_messages.proto (session life cycle, history, usage,
+    compaction), turn.proto (turns and run control), run_session.proto (the
+    RunSession stream), checkpoint.proto, mcp.proto, hook_registration.proto
+    (remote hooks and EmitHook) and server_info.proto.
+
+    Hosts AI-agent sessions: create and manage sessions, stream turns, answer
     hosted tools, steer and stop runs, compact, and plug in hooks.
 
     Errors use canonical codes with `google.rpc.ErrorInfo{reason, domain
@@ -213,7 +231,7 @@ class AgentServiceAsyncStub(AgentServiceStub):
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
-    CreateSession: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.CreateSessionRequest, _agent_service_pb2.CreateSessionResponse]  # type: ignore[assignment]
+    CreateSession: _aio.UnaryUnaryMultiCallable[_session_messages_pb2.CreateSessionRequest, _session_messages_pb2.CreateSessionResponse]  # type: ignore[assignment]
     """Creates a session and persists it at once; nothing runs until the first
     turn. Empty `session.identity.session_id` ⇒ a UUID. No model ref ⇒ the
     server default.
@@ -221,47 +239,47 @@ class AgentServiceAsyncStub(AgentServiceStub):
     field violations (hosted tool names, limits, labels).
     Idempotent with `request_id`.
     """
-    GetSession: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.GetSessionRequest, _agent_service_pb2.GetSessionResponse]  # type: ignore[assignment]
+    GetSession: _aio.UnaryUnaryMultiCallable[_session_messages_pb2.GetSessionRequest, _session_messages_pb2.GetSessionResponse]  # type: ignore[assignment]
     """Returns a session. Errors: NOT_FOUND `SESSION_NOT_FOUND` (also for ids
     of another tenant). Read-only.
     """
-    ListSessions: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.ListSessionsRequest, _agent_service_pb2.ListSessionsResponse]  # type: ignore[assignment]
+    ListSessions: _aio.UnaryUnaryMultiCallable[_session_messages_pb2.ListSessionsRequest, _session_messages_pb2.ListSessionsResponse]  # type: ignore[assignment]
     """Lists sessions newest first (`update_time` desc, then `session_id`),
     paged. Errors: INVALID_ARGUMENT `INVALID_PAGE_TOKEN` when the token is
     malformed or was issued for other filters. Read-only.
     """
-    DeleteSession: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.DeleteSessionRequest, _agent_service_pb2.DeleteSessionResponse]  # type: ignore[assignment]
+    DeleteSession: _aio.UnaryUnaryMultiCallable[_session_messages_pb2.DeleteSessionRequest, _session_messages_pb2.DeleteSessionResponse]  # type: ignore[assignment]
     """Deletes a session and everything it owns; stops any run with
     `SESSION_DELETED`. Deleting an unknown id succeeds (`deleted=false`).
     Idempotent by nature.
     """
-    ResumeSession: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.ResumeSessionRequest, _agent_service_pb2.ResumeSessionResponse]  # type: ignore[assignment]
+    ResumeSession: _aio.UnaryUnaryMultiCallable[_session_messages_pb2.ResumeSessionRequest, _session_messages_pb2.ResumeSessionResponse]  # type: ignore[assignment]
     """Returns the session after persisting the overrides; starts no run and
     leaves history and pending calls unchanged. Errors: NOT_FOUND.
     Idempotent.
     """
-    ContinueSession: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.ContinueSessionRequest, _agent_service_pb2.ContinueSessionResponse]  # type: ignore[assignment]
+    ContinueSession: _aio.UnaryUnaryMultiCallable[_session_messages_pb2.ContinueSessionRequest, _session_messages_pb2.ContinueSessionResponse]  # type: ignore[assignment]
     """Like ResumeSession, addressed by `identity.session_id`; persists the
     given session_key and mode. Errors: NOT_FOUND; FAILED_PRECONDITION
     `IDENTITY_MISMATCH` for a mode change while a run is active or
     suspended. Idempotent.
     """
-    ForkSession: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.ForkSessionRequest, _agent_service_pb2.ForkSessionResponse]  # type: ignore[assignment]
+    ForkSession: _aio.UnaryUnaryMultiCallable[_session_messages_pb2.ForkSessionRequest, _session_messages_pb2.ForkSessionResponse]  # type: ignore[assignment]
     """Creates a new session with the source's history and transcript up to
     the last completed run at or before `at_sequence`. Errors: NOT_FOUND
     (source); ALREADY_EXISTS (new id). Idempotent with `request_id`.
     """
-    ResetSession: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.ResetSessionRequest, _agent_service_pb2.ResetSessionResponse]  # type: ignore[assignment]
+    ResetSession: _aio.UnaryUnaryMultiCallable[_session_messages_pb2.ResetSessionRequest, _session_messages_pb2.ResetSessionResponse]  # type: ignore[assignment]
     """Stops any run (`SESSION_RESET`), clears history, pending calls, usage
     snapshot and stop flag; keeps identity, config, checkpoints, cumulative
     usage and event numbering. Errors: NOT_FOUND. Idempotent with
     `request_id`.
     """
-    GetSessionHistory: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.GetSessionHistoryRequest, _agent_service_pb2.GetSessionHistoryResponse]  # type: ignore[assignment]
+    GetSessionHistory: _aio.UnaryUnaryMultiCallable[_session_messages_pb2.GetSessionHistoryRequest, _session_messages_pb2.GetSessionHistoryResponse]  # type: ignore[assignment]
     """Pages through the transcript entries. Errors: NOT_FOUND;
     INVALID_ARGUMENT `INVALID_PAGE_TOKEN`. Read-only.
     """
-    StreamTurn: _aio.UnaryStreamMultiCallable[_agent_service_pb2.StreamTurnRequest, _agent_service_pb2.StreamTurnResponse]  # type: ignore[assignment]
+    StreamTurn: _aio.UnaryStreamMultiCallable[_turn_pb2.StreamTurnRequest, _turn_pb2.StreamTurnResponse]  # type: ignore[assignment]
     """Runs one turn and streams its events; the stream ends right after the
     first `run_finished` (terminal or SUSPENDED).
     Errors before any event: NOT_FOUND; INVALID_ARGUMENT (empty input,
@@ -271,7 +289,7 @@ class AgentServiceAsyncStub(AgentServiceStub):
     UNAVAILABLE `SHUTTING_DOWN`. Run failures are events, not RPC errors.
     Idempotent with `request_id`: a replay attaches to the original run.
     """
-    SubmitHostedToolResult: _aio.UnaryStreamMultiCallable[_agent_service_pb2.SubmitHostedToolResultRequest, _agent_service_pb2.SubmitHostedToolResultResponse]  # type: ignore[assignment]
+    SubmitHostedToolResult: _aio.UnaryStreamMultiCallable[_turn_pb2.SubmitHostedToolResultRequest, _turn_pb2.SubmitHostedToolResultResponse]  # type: ignore[assignment]
     """Resolves one pending hosted call and streams until the next
     `run_finished`. Errors: NOT_FOUND `UNKNOWN_TOOL_CALL`;
     FAILED_PRECONDITION `TOOL_CALL_ALREADY_RESOLVED` (metadata
@@ -279,14 +297,14 @@ class AgentServiceAsyncStub(AgentServiceStub):
     pending). An identical duplicate submit is OK and replays that submit's
     events.
     """
-    RunSession: _aio.StreamStreamMultiCallable[_agent_service_pb2.RunSessionRequest, _agent_service_pb2.RunSessionResponse]  # type: ignore[assignment]
+    RunSession: _aio.StreamStreamMultiCallable[_run_session_pb2.RunSessionRequest, _run_session_pb2.RunSessionResponse]  # type: ignore[assignment]
     """The bidirectional protocol for long-lived hosts (spec 5.5): attach
     first, then turns, hosted results, inject, stop, cancel and pings on one
     stream. Only protocol and auth errors end the stream (INVALID_ARGUMENT
     when the first message is not `attach`; NOT_FOUND for an unknown
     session); a rejected command gets a `command_result` with its status.
     """
-    WatchSession: _aio.UnaryStreamMultiCallable[_agent_service_pb2.WatchSessionRequest, _agent_service_pb2.WatchSessionResponse]  # type: ignore[assignment]
+    WatchSession: _aio.UnaryStreamMultiCallable[_turn_pb2.WatchSessionRequest, _turn_pb2.WatchSessionResponse]  # type: ignore[assignment]
     """Streams the session's events after `after_sequence` (replayed from the
     durable log), then live events, with no gap and no duplicate.
     Errors: NOT_FOUND; OUT_OF_RANGE `EVENTS_EXPIRED` (metadata
@@ -294,74 +312,80 @@ class AgentServiceAsyncStub(AgentServiceStub):
     whose buffer overflowed; UNAVAILABLE at shutdown (reconnect with the
     last sequence seen).
     """
-    InjectMessage: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.InjectMessageRequest, _agent_service_pb2.InjectMessageResponse]  # type: ignore[assignment]
+    InjectMessage: _aio.UnaryUnaryMultiCallable[_turn_pb2.InjectMessageRequest, _turn_pb2.InjectMessageResponse]  # type: ignore[assignment]
     """Steering: while a run is RUNNING or SUSPENDED the message is committed
     and given to the model at its next call (`accepted=true`). IDLE ⇒
     `accepted=false`, nothing written. Errors: NOT_FOUND, INVALID_ARGUMENT.
     Idempotent with `request_id`.
     """
-    RequestStop: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.RequestStopRequest, _agent_service_pb2.RequestStopResponse]  # type: ignore[assignment]
+    RequestStop: _aio.UnaryUnaryMultiCallable[_turn_pb2.RequestStopRequest, _turn_pb2.RequestStopResponse]  # type: ignore[assignment]
     """Sets the sticky stop flag; a running run stops (`STOP_REQUESTED`) and
     later turns end at once until ClearStop or reset. Errors: NOT_FOUND.
     Idempotent by nature.
     """
-    ClearStop: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.ClearStopRequest, _agent_service_pb2.ClearStopResponse]  # type: ignore[assignment]
+    ClearStop: _aio.UnaryUnaryMultiCallable[_turn_pb2.ClearStopRequest, _turn_pb2.ClearStopResponse]  # type: ignore[assignment]
     """Clears the stop flag. Errors: NOT_FOUND. Idempotent by nature."""
-    CancelRun: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.CancelRunRequest, _agent_service_pb2.CancelRunResponse]  # type: ignore[assignment]
+    CancelRun: _aio.UnaryUnaryMultiCallable[_turn_pb2.CancelRunRequest, _turn_pb2.CancelRunResponse]  # type: ignore[assignment]
     """Stops the current run once (`CANCELLED`), not sticky. A run id that is
     not the active run ⇒ `cancelled=false`. Errors: NOT_FOUND.
     """
-    RequestCompaction: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.RequestCompactionRequest, _agent_service_pb2.RequestCompactionResponse]  # type: ignore[assignment]
+    RequestCompaction: _aio.UnaryUnaryMultiCallable[_session_messages_pb2.RequestCompactionRequest, _session_messages_pb2.RequestCompactionResponse]  # type: ignore[assignment]
     """Compacts the history now with a model-written summary (reason
     `manual_request`). Errors: NOT_FOUND; FAILED_PRECONDITION
     `SESSION_BUSY` while a run is RUNNING or SUSPENDED; `NO_API_KEY`.
     """
-    MaybeCompactByTokens: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.MaybeCompactByTokensRequest, _agent_service_pb2.MaybeCompactByTokensResponse]  # type: ignore[assignment]
+    MaybeCompactByTokens: _aio.UnaryUnaryMultiCallable[_session_messages_pb2.MaybeCompactByTokensRequest, _session_messages_pb2.MaybeCompactByTokensResponse]  # type: ignore[assignment]
     """Compacts when the usage snapshot is at or above `threshold_pct` and the
     cooldown has passed (reason `token_threshold`). Same errors as
     RequestCompaction.
     """
-    GetUsage: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.GetUsageRequest, _agent_service_pb2.GetUsageResponse]  # type: ignore[assignment]
+    GetUsage: _aio.UnaryUnaryMultiCallable[_session_messages_pb2.GetUsageRequest, _session_messages_pb2.GetUsageResponse]  # type: ignore[assignment]
     """Returns the usage snapshot and cumulative usage. Errors: NOT_FOUND."""
-    ListCheckpoints: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.ListCheckpointsRequest, _agent_service_pb2.ListCheckpointsResponse]  # type: ignore[assignment]
+    ListCheckpoints: _aio.UnaryUnaryMultiCallable[_checkpoint_pb2.ListCheckpointsRequest, _checkpoint_pb2.ListCheckpointsResponse]  # type: ignore[assignment]
     """Lists file checkpoints newest first. Errors: NOT_FOUND."""
-    RestoreCheckpoint: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.RestoreCheckpointRequest, _agent_service_pb2.RestoreCheckpointResponse]  # type: ignore[assignment]
+    RestoreCheckpoint: _aio.UnaryUnaryMultiCallable[_checkpoint_pb2.RestoreCheckpointRequest, _checkpoint_pb2.RestoreCheckpointResponse]  # type: ignore[assignment]
     """Rewinds the workspace files to before the checkpoint, undoing it and
     every newer one. Errors: NOT_FOUND `CHECKPOINT_NOT_FOUND`;
     FAILED_PRECONDITION `SESSION_BUSY` while a run is active.
     """
-    SetMcpServers: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.SetMcpServersRequest, _agent_service_pb2.SetMcpServersResponse]  # type: ignore[assignment]
+    SetMcpServers: _aio.UnaryUnaryMultiCallable[_mcp_pb2.SetMcpServersRequest, _mcp_pb2.SetMcpServersResponse]  # type: ignore[assignment]
     """Replaces the session's MCP server map; drops disabled markers of
     removed servers. Errors: NOT_FOUND; INVALID_ARGUMENT (SSRF-refused URL,
     stdio command not allowed). Idempotent by nature.
     """
-    GetMcpServers: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.GetMcpServersRequest, _agent_service_pb2.GetMcpServersResponse]  # type: ignore[assignment]
+    GetMcpServers: _aio.UnaryUnaryMultiCallable[_mcp_pb2.GetMcpServersRequest, _mcp_pb2.GetMcpServersResponse]  # type: ignore[assignment]
     """Returns the MCP server map with secrets redacted. Errors: NOT_FOUND."""
-    ToggleMcpServer: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.ToggleMcpServerRequest, _agent_service_pb2.ToggleMcpServerResponse]  # type: ignore[assignment]
+    ToggleMcpServer: _aio.UnaryUnaryMultiCallable[_mcp_pb2.ToggleMcpServerRequest, _mcp_pb2.ToggleMcpServerResponse]  # type: ignore[assignment]
     """Enables or disables one MCP server. Errors: NOT_FOUND
     `MCP_SERVER_NOT_FOUND`. Idempotent by nature.
     """
-    GetMcpStatus: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.GetMcpStatusRequest, _agent_service_pb2.GetMcpStatusResponse]  # type: ignore[assignment]
+    GetMcpStatus: _aio.UnaryUnaryMultiCallable[_mcp_pb2.GetMcpStatusRequest, _mcp_pb2.GetMcpStatusResponse]  # type: ignore[assignment]
     """Reports each MCP server's connection state. Errors: NOT_FOUND."""
-    RegisterHooks: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.RegisterHooksRequest, _agent_service_pb2.RegisterHooksResponse]  # type: ignore[assignment]
+    RegisterHooks: _aio.UnaryUnaryMultiCallable[_hook_registration_pb2.RegisterHooksRequest, _hook_registration_pb2.RegisterHooksResponse]  # type: ignore[assignment]
     """Registers (or replaces, by plugin_id) a remote hook registration for
     the caller's tenant; persisted across restarts. Errors:
     INVALID_ARGUMENT `INVALID_HOOK`. Idempotent by nature.
     """
-    UnregisterHooks: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.UnregisterHooksRequest, _agent_service_pb2.UnregisterHooksResponse]  # type: ignore[assignment]
+    UnregisterHooks: _aio.UnaryUnaryMultiCallable[_hook_registration_pb2.UnregisterHooksRequest, _hook_registration_pb2.UnregisterHooksResponse]  # type: ignore[assignment]
     """Removes a registration by plugin_id (`removed=false` when absent)."""
-    ListHookRegistrations: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.ListHookRegistrationsRequest, _agent_service_pb2.ListHookRegistrationsResponse]  # type: ignore[assignment]
+    ListHookRegistrations: _aio.UnaryUnaryMultiCallable[_hook_registration_pb2.ListHookRegistrationsRequest, _hook_registration_pb2.ListHookRegistrationsResponse]  # type: ignore[assignment]
     """Lists registrations: server-wide for the tenant, or one session's."""
-    EmitHook: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.EmitHookRequest, _agent_service_pb2.EmitHookResponse]  # type: ignore[assignment]
+    EmitHook: _aio.UnaryUnaryMultiCallable[_hook_registration_pb2.EmitHookRequest, _hook_registration_pb2.EmitHookResponse]  # type: ignore[assignment]
     """Runs any hook with the runner's merge rules and returns the merged
     result. Errors: INVALID_ARGUMENT `INVALID_HOOK` for an unknown name;
     NOT_FOUND for an unknown session.
     """
-    GetServerInfo: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.GetServerInfoRequest, _agent_service_pb2.GetServerInfoResponse]  # type: ignore[assignment]
+    GetServerInfo: _aio.UnaryUnaryMultiCallable[_server_info_pb2.GetServerInfoRequest, _server_info_pb2.GetServerInfoResponse]  # type: ignore[assignment]
     """Version, API version, capabilities and limits. Read-only."""
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Hosts AI-agent sessions: create and manage sessions, stream turns, answer
+    """The AgentService definition alone. Its requests and responses live in files
+    by concern: session_messages.proto (session life cycle, history, usage,
+    compaction), turn.proto (turns and run control), run_session.proto (the
+    RunSession stream), checkpoint.proto, mcp.proto, hook_registration.proto
+    (remote hooks and EmitHook) and server_info.proto.
+
+    Hosts AI-agent sessions: create and manage sessions, stream turns, answer
     hosted tools, steer and stop runs, compact, and plug in hooks.
 
     Errors use canonical codes with `google.rpc.ErrorInfo{reason, domain
@@ -380,9 +404,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def CreateSession(
         self,
-        request: _agent_service_pb2.CreateSessionRequest,
+        request: _session_messages_pb2.CreateSessionRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.CreateSessionResponse, _abc.Awaitable[_agent_service_pb2.CreateSessionResponse]]:
+    ) -> _typing.Union[_session_messages_pb2.CreateSessionResponse, _abc.Awaitable[_session_messages_pb2.CreateSessionResponse]]:
         """Creates a session and persists it at once; nothing runs until the first
         turn. Empty `session.identity.session_id` ⇒ a UUID. No model ref ⇒ the
         server default.
@@ -394,9 +418,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def GetSession(
         self,
-        request: _agent_service_pb2.GetSessionRequest,
+        request: _session_messages_pb2.GetSessionRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.GetSessionResponse, _abc.Awaitable[_agent_service_pb2.GetSessionResponse]]:
+    ) -> _typing.Union[_session_messages_pb2.GetSessionResponse, _abc.Awaitable[_session_messages_pb2.GetSessionResponse]]:
         """Returns a session. Errors: NOT_FOUND `SESSION_NOT_FOUND` (also for ids
         of another tenant). Read-only.
         """
@@ -404,9 +428,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def ListSessions(
         self,
-        request: _agent_service_pb2.ListSessionsRequest,
+        request: _session_messages_pb2.ListSessionsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.ListSessionsResponse, _abc.Awaitable[_agent_service_pb2.ListSessionsResponse]]:
+    ) -> _typing.Union[_session_messages_pb2.ListSessionsResponse, _abc.Awaitable[_session_messages_pb2.ListSessionsResponse]]:
         """Lists sessions newest first (`update_time` desc, then `session_id`),
         paged. Errors: INVALID_ARGUMENT `INVALID_PAGE_TOKEN` when the token is
         malformed or was issued for other filters. Read-only.
@@ -415,9 +439,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def DeleteSession(
         self,
-        request: _agent_service_pb2.DeleteSessionRequest,
+        request: _session_messages_pb2.DeleteSessionRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.DeleteSessionResponse, _abc.Awaitable[_agent_service_pb2.DeleteSessionResponse]]:
+    ) -> _typing.Union[_session_messages_pb2.DeleteSessionResponse, _abc.Awaitable[_session_messages_pb2.DeleteSessionResponse]]:
         """Deletes a session and everything it owns; stops any run with
         `SESSION_DELETED`. Deleting an unknown id succeeds (`deleted=false`).
         Idempotent by nature.
@@ -426,9 +450,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def ResumeSession(
         self,
-        request: _agent_service_pb2.ResumeSessionRequest,
+        request: _session_messages_pb2.ResumeSessionRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.ResumeSessionResponse, _abc.Awaitable[_agent_service_pb2.ResumeSessionResponse]]:
+    ) -> _typing.Union[_session_messages_pb2.ResumeSessionResponse, _abc.Awaitable[_session_messages_pb2.ResumeSessionResponse]]:
         """Returns the session after persisting the overrides; starts no run and
         leaves history and pending calls unchanged. Errors: NOT_FOUND.
         Idempotent.
@@ -437,9 +461,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def ContinueSession(
         self,
-        request: _agent_service_pb2.ContinueSessionRequest,
+        request: _session_messages_pb2.ContinueSessionRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.ContinueSessionResponse, _abc.Awaitable[_agent_service_pb2.ContinueSessionResponse]]:
+    ) -> _typing.Union[_session_messages_pb2.ContinueSessionResponse, _abc.Awaitable[_session_messages_pb2.ContinueSessionResponse]]:
         """Like ResumeSession, addressed by `identity.session_id`; persists the
         given session_key and mode. Errors: NOT_FOUND; FAILED_PRECONDITION
         `IDENTITY_MISMATCH` for a mode change while a run is active or
@@ -449,9 +473,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def ForkSession(
         self,
-        request: _agent_service_pb2.ForkSessionRequest,
+        request: _session_messages_pb2.ForkSessionRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.ForkSessionResponse, _abc.Awaitable[_agent_service_pb2.ForkSessionResponse]]:
+    ) -> _typing.Union[_session_messages_pb2.ForkSessionResponse, _abc.Awaitable[_session_messages_pb2.ForkSessionResponse]]:
         """Creates a new session with the source's history and transcript up to
         the last completed run at or before `at_sequence`. Errors: NOT_FOUND
         (source); ALREADY_EXISTS (new id). Idempotent with `request_id`.
@@ -460,9 +484,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def ResetSession(
         self,
-        request: _agent_service_pb2.ResetSessionRequest,
+        request: _session_messages_pb2.ResetSessionRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.ResetSessionResponse, _abc.Awaitable[_agent_service_pb2.ResetSessionResponse]]:
+    ) -> _typing.Union[_session_messages_pb2.ResetSessionResponse, _abc.Awaitable[_session_messages_pb2.ResetSessionResponse]]:
         """Stops any run (`SESSION_RESET`), clears history, pending calls, usage
         snapshot and stop flag; keeps identity, config, checkpoints, cumulative
         usage and event numbering. Errors: NOT_FOUND. Idempotent with
@@ -472,9 +496,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def GetSessionHistory(
         self,
-        request: _agent_service_pb2.GetSessionHistoryRequest,
+        request: _session_messages_pb2.GetSessionHistoryRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.GetSessionHistoryResponse, _abc.Awaitable[_agent_service_pb2.GetSessionHistoryResponse]]:
+    ) -> _typing.Union[_session_messages_pb2.GetSessionHistoryResponse, _abc.Awaitable[_session_messages_pb2.GetSessionHistoryResponse]]:
         """Pages through the transcript entries. Errors: NOT_FOUND;
         INVALID_ARGUMENT `INVALID_PAGE_TOKEN`. Read-only.
         """
@@ -482,9 +506,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def StreamTurn(
         self,
-        request: _agent_service_pb2.StreamTurnRequest,
+        request: _turn_pb2.StreamTurnRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_agent_service_pb2.StreamTurnResponse], _abc.AsyncIterator[_agent_service_pb2.StreamTurnResponse]]:
+    ) -> _typing.Union[_abc.Iterator[_turn_pb2.StreamTurnResponse], _abc.AsyncIterator[_turn_pb2.StreamTurnResponse]]:
         """Runs one turn and streams its events; the stream ends right after the
         first `run_finished` (terminal or SUSPENDED).
         Errors before any event: NOT_FOUND; INVALID_ARGUMENT (empty input,
@@ -498,9 +522,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def SubmitHostedToolResult(
         self,
-        request: _agent_service_pb2.SubmitHostedToolResultRequest,
+        request: _turn_pb2.SubmitHostedToolResultRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_agent_service_pb2.SubmitHostedToolResultResponse], _abc.AsyncIterator[_agent_service_pb2.SubmitHostedToolResultResponse]]:
+    ) -> _typing.Union[_abc.Iterator[_turn_pb2.SubmitHostedToolResultResponse], _abc.AsyncIterator[_turn_pb2.SubmitHostedToolResultResponse]]:
         """Resolves one pending hosted call and streams until the next
         `run_finished`. Errors: NOT_FOUND `UNKNOWN_TOOL_CALL`;
         FAILED_PRECONDITION `TOOL_CALL_ALREADY_RESOLVED` (metadata
@@ -512,9 +536,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def RunSession(
         self,
-        request_iterator: _MaybeAsyncIterator[_agent_service_pb2.RunSessionRequest],
+        request_iterator: _MaybeAsyncIterator[_run_session_pb2.RunSessionRequest],
         context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_agent_service_pb2.RunSessionResponse], _abc.AsyncIterator[_agent_service_pb2.RunSessionResponse]]:
+    ) -> _typing.Union[_abc.Iterator[_run_session_pb2.RunSessionResponse], _abc.AsyncIterator[_run_session_pb2.RunSessionResponse]]:
         """The bidirectional protocol for long-lived hosts (spec 5.5): attach
         first, then turns, hosted results, inject, stop, cancel and pings on one
         stream. Only protocol and auth errors end the stream (INVALID_ARGUMENT
@@ -525,9 +549,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def WatchSession(
         self,
-        request: _agent_service_pb2.WatchSessionRequest,
+        request: _turn_pb2.WatchSessionRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_agent_service_pb2.WatchSessionResponse], _abc.AsyncIterator[_agent_service_pb2.WatchSessionResponse]]:
+    ) -> _typing.Union[_abc.Iterator[_turn_pb2.WatchSessionResponse], _abc.AsyncIterator[_turn_pb2.WatchSessionResponse]]:
         """Streams the session's events after `after_sequence` (replayed from the
         durable log), then live events, with no gap and no duplicate.
         Errors: NOT_FOUND; OUT_OF_RANGE `EVENTS_EXPIRED` (metadata
@@ -539,9 +563,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def InjectMessage(
         self,
-        request: _agent_service_pb2.InjectMessageRequest,
+        request: _turn_pb2.InjectMessageRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.InjectMessageResponse, _abc.Awaitable[_agent_service_pb2.InjectMessageResponse]]:
+    ) -> _typing.Union[_turn_pb2.InjectMessageResponse, _abc.Awaitable[_turn_pb2.InjectMessageResponse]]:
         """Steering: while a run is RUNNING or SUSPENDED the message is committed
         and given to the model at its next call (`accepted=true`). IDLE ⇒
         `accepted=false`, nothing written. Errors: NOT_FOUND, INVALID_ARGUMENT.
@@ -551,9 +575,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def RequestStop(
         self,
-        request: _agent_service_pb2.RequestStopRequest,
+        request: _turn_pb2.RequestStopRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.RequestStopResponse, _abc.Awaitable[_agent_service_pb2.RequestStopResponse]]:
+    ) -> _typing.Union[_turn_pb2.RequestStopResponse, _abc.Awaitable[_turn_pb2.RequestStopResponse]]:
         """Sets the sticky stop flag; a running run stops (`STOP_REQUESTED`) and
         later turns end at once until ClearStop or reset. Errors: NOT_FOUND.
         Idempotent by nature.
@@ -562,17 +586,17 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def ClearStop(
         self,
-        request: _agent_service_pb2.ClearStopRequest,
+        request: _turn_pb2.ClearStopRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.ClearStopResponse, _abc.Awaitable[_agent_service_pb2.ClearStopResponse]]:
+    ) -> _typing.Union[_turn_pb2.ClearStopResponse, _abc.Awaitable[_turn_pb2.ClearStopResponse]]:
         """Clears the stop flag. Errors: NOT_FOUND. Idempotent by nature."""
 
     @_abc_1.abstractmethod
     def CancelRun(
         self,
-        request: _agent_service_pb2.CancelRunRequest,
+        request: _turn_pb2.CancelRunRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.CancelRunResponse, _abc.Awaitable[_agent_service_pb2.CancelRunResponse]]:
+    ) -> _typing.Union[_turn_pb2.CancelRunResponse, _abc.Awaitable[_turn_pb2.CancelRunResponse]]:
         """Stops the current run once (`CANCELLED`), not sticky. A run id that is
         not the active run ⇒ `cancelled=false`. Errors: NOT_FOUND.
         """
@@ -580,9 +604,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def RequestCompaction(
         self,
-        request: _agent_service_pb2.RequestCompactionRequest,
+        request: _session_messages_pb2.RequestCompactionRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.RequestCompactionResponse, _abc.Awaitable[_agent_service_pb2.RequestCompactionResponse]]:
+    ) -> _typing.Union[_session_messages_pb2.RequestCompactionResponse, _abc.Awaitable[_session_messages_pb2.RequestCompactionResponse]]:
         """Compacts the history now with a model-written summary (reason
         `manual_request`). Errors: NOT_FOUND; FAILED_PRECONDITION
         `SESSION_BUSY` while a run is RUNNING or SUSPENDED; `NO_API_KEY`.
@@ -591,9 +615,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def MaybeCompactByTokens(
         self,
-        request: _agent_service_pb2.MaybeCompactByTokensRequest,
+        request: _session_messages_pb2.MaybeCompactByTokensRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.MaybeCompactByTokensResponse, _abc.Awaitable[_agent_service_pb2.MaybeCompactByTokensResponse]]:
+    ) -> _typing.Union[_session_messages_pb2.MaybeCompactByTokensResponse, _abc.Awaitable[_session_messages_pb2.MaybeCompactByTokensResponse]]:
         """Compacts when the usage snapshot is at or above `threshold_pct` and the
         cooldown has passed (reason `token_threshold`). Same errors as
         RequestCompaction.
@@ -602,25 +626,25 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def GetUsage(
         self,
-        request: _agent_service_pb2.GetUsageRequest,
+        request: _session_messages_pb2.GetUsageRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.GetUsageResponse, _abc.Awaitable[_agent_service_pb2.GetUsageResponse]]:
+    ) -> _typing.Union[_session_messages_pb2.GetUsageResponse, _abc.Awaitable[_session_messages_pb2.GetUsageResponse]]:
         """Returns the usage snapshot and cumulative usage. Errors: NOT_FOUND."""
 
     @_abc_1.abstractmethod
     def ListCheckpoints(
         self,
-        request: _agent_service_pb2.ListCheckpointsRequest,
+        request: _checkpoint_pb2.ListCheckpointsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.ListCheckpointsResponse, _abc.Awaitable[_agent_service_pb2.ListCheckpointsResponse]]:
+    ) -> _typing.Union[_checkpoint_pb2.ListCheckpointsResponse, _abc.Awaitable[_checkpoint_pb2.ListCheckpointsResponse]]:
         """Lists file checkpoints newest first. Errors: NOT_FOUND."""
 
     @_abc_1.abstractmethod
     def RestoreCheckpoint(
         self,
-        request: _agent_service_pb2.RestoreCheckpointRequest,
+        request: _checkpoint_pb2.RestoreCheckpointRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.RestoreCheckpointResponse, _abc.Awaitable[_agent_service_pb2.RestoreCheckpointResponse]]:
+    ) -> _typing.Union[_checkpoint_pb2.RestoreCheckpointResponse, _abc.Awaitable[_checkpoint_pb2.RestoreCheckpointResponse]]:
         """Rewinds the workspace files to before the checkpoint, undoing it and
         every newer one. Errors: NOT_FOUND `CHECKPOINT_NOT_FOUND`;
         FAILED_PRECONDITION `SESSION_BUSY` while a run is active.
@@ -629,9 +653,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def SetMcpServers(
         self,
-        request: _agent_service_pb2.SetMcpServersRequest,
+        request: _mcp_pb2.SetMcpServersRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.SetMcpServersResponse, _abc.Awaitable[_agent_service_pb2.SetMcpServersResponse]]:
+    ) -> _typing.Union[_mcp_pb2.SetMcpServersResponse, _abc.Awaitable[_mcp_pb2.SetMcpServersResponse]]:
         """Replaces the session's MCP server map; drops disabled markers of
         removed servers. Errors: NOT_FOUND; INVALID_ARGUMENT (SSRF-refused URL,
         stdio command not allowed). Idempotent by nature.
@@ -640,17 +664,17 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def GetMcpServers(
         self,
-        request: _agent_service_pb2.GetMcpServersRequest,
+        request: _mcp_pb2.GetMcpServersRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.GetMcpServersResponse, _abc.Awaitable[_agent_service_pb2.GetMcpServersResponse]]:
+    ) -> _typing.Union[_mcp_pb2.GetMcpServersResponse, _abc.Awaitable[_mcp_pb2.GetMcpServersResponse]]:
         """Returns the MCP server map with secrets redacted. Errors: NOT_FOUND."""
 
     @_abc_1.abstractmethod
     def ToggleMcpServer(
         self,
-        request: _agent_service_pb2.ToggleMcpServerRequest,
+        request: _mcp_pb2.ToggleMcpServerRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.ToggleMcpServerResponse, _abc.Awaitable[_agent_service_pb2.ToggleMcpServerResponse]]:
+    ) -> _typing.Union[_mcp_pb2.ToggleMcpServerResponse, _abc.Awaitable[_mcp_pb2.ToggleMcpServerResponse]]:
         """Enables or disables one MCP server. Errors: NOT_FOUND
         `MCP_SERVER_NOT_FOUND`. Idempotent by nature.
         """
@@ -658,17 +682,17 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def GetMcpStatus(
         self,
-        request: _agent_service_pb2.GetMcpStatusRequest,
+        request: _mcp_pb2.GetMcpStatusRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.GetMcpStatusResponse, _abc.Awaitable[_agent_service_pb2.GetMcpStatusResponse]]:
+    ) -> _typing.Union[_mcp_pb2.GetMcpStatusResponse, _abc.Awaitable[_mcp_pb2.GetMcpStatusResponse]]:
         """Reports each MCP server's connection state. Errors: NOT_FOUND."""
 
     @_abc_1.abstractmethod
     def RegisterHooks(
         self,
-        request: _agent_service_pb2.RegisterHooksRequest,
+        request: _hook_registration_pb2.RegisterHooksRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.RegisterHooksResponse, _abc.Awaitable[_agent_service_pb2.RegisterHooksResponse]]:
+    ) -> _typing.Union[_hook_registration_pb2.RegisterHooksResponse, _abc.Awaitable[_hook_registration_pb2.RegisterHooksResponse]]:
         """Registers (or replaces, by plugin_id) a remote hook registration for
         the caller's tenant; persisted across restarts. Errors:
         INVALID_ARGUMENT `INVALID_HOOK`. Idempotent by nature.
@@ -677,25 +701,25 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def UnregisterHooks(
         self,
-        request: _agent_service_pb2.UnregisterHooksRequest,
+        request: _hook_registration_pb2.UnregisterHooksRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.UnregisterHooksResponse, _abc.Awaitable[_agent_service_pb2.UnregisterHooksResponse]]:
+    ) -> _typing.Union[_hook_registration_pb2.UnregisterHooksResponse, _abc.Awaitable[_hook_registration_pb2.UnregisterHooksResponse]]:
         """Removes a registration by plugin_id (`removed=false` when absent)."""
 
     @_abc_1.abstractmethod
     def ListHookRegistrations(
         self,
-        request: _agent_service_pb2.ListHookRegistrationsRequest,
+        request: _hook_registration_pb2.ListHookRegistrationsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.ListHookRegistrationsResponse, _abc.Awaitable[_agent_service_pb2.ListHookRegistrationsResponse]]:
+    ) -> _typing.Union[_hook_registration_pb2.ListHookRegistrationsResponse, _abc.Awaitable[_hook_registration_pb2.ListHookRegistrationsResponse]]:
         """Lists registrations: server-wide for the tenant, or one session's."""
 
     @_abc_1.abstractmethod
     def EmitHook(
         self,
-        request: _agent_service_pb2.EmitHookRequest,
+        request: _hook_registration_pb2.EmitHookRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.EmitHookResponse, _abc.Awaitable[_agent_service_pb2.EmitHookResponse]]:
+    ) -> _typing.Union[_hook_registration_pb2.EmitHookResponse, _abc.Awaitable[_hook_registration_pb2.EmitHookResponse]]:
         """Runs any hook with the runner's merge rules and returns the merged
         result. Errors: INVALID_ARGUMENT `INVALID_HOOK` for an unknown name;
         NOT_FOUND for an unknown session.
@@ -704,9 +728,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def GetServerInfo(
         self,
-        request: _agent_service_pb2.GetServerInfoRequest,
+        request: _server_info_pb2.GetServerInfoRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_agent_service_pb2.GetServerInfoResponse, _abc.Awaitable[_agent_service_pb2.GetServerInfoResponse]]:
+    ) -> _typing.Union[_server_info_pb2.GetServerInfoResponse, _abc.Awaitable[_server_info_pb2.GetServerInfoResponse]]:
         """Version, API version, capabilities and limits. Read-only."""
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

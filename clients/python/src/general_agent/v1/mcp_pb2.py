@@ -22,9 +22,10 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ageneral_agent/v1/mcp.proto\x12\x10general_agent.v1\"\x82\x01\n\x0fMcpServerConfig\x12\x31\n\x05stdio\x18\x01 \x01(\x0b\x32 .general_agent.v1.McpStdioServerH\x00\x12/\n\x04http\x18\x02 \x01(\x0b\x32\x1f.general_agent.v1.McpHttpServerH\x00\x42\x0b\n\ttransport\"\xa5\x01\n\x0eMcpStdioServer\x12\x0f\n\x07\x63ommand\x18\x01 \x01(\t\x12\x0c\n\x04\x61rgs\x18\x02 \x03(\t\x12;\n\x03\x65nv\x18\x03 \x03(\x0b\x32).general_agent.v1.McpStdioServer.EnvEntryB\x03\x80\x01\x01\x12\x0b\n\x03\x63wd\x18\x04 \x01(\t\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x90\x01\n\rMcpHttpServer\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x42\n\x07headers\x18\x02 \x03(\x0b\x32,.general_agent.v1.McpHttpServer.HeadersEntryB\x03\x80\x01\x01\x1a.\n\x0cHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xd1\x01\n\x0fMcpServerStatus\x12\x13\n\x0bserver_name\x18\x01 \x01(\t\x12\x31\n\ttransport\x18\x02 \x01(\x0e\x32\x1e.general_agent.v1.McpTransport\x12\x0f\n\x07\x65nabled\x18\x03 \x01(\x08\x12\x11\n\tsupported\x18\x04 \x01(\x08\x12/\n\x05state\x18\x05 \x01(\x0e\x32 .general_agent.v1.McpServerState\x12\x12\n\ntool_count\x18\x06 \x01(\x05\x12\r\n\x05\x65rror\x18\x07 \x01(\t*^\n\x0cMcpTransport\x12\x1d\n\x19MCP_TRANSPORT_UNSPECIFIED\x10\x00\x12\x17\n\x13MCP_TRANSPORT_STDIO\x10\x01\x12\x16\n\x12MCP_TRANSPORT_HTTP\x10\x02*\xab\x01\n\x0eMcpServerState\x12 \n\x1cMCP_SERVER_STATE_UNSPECIFIED\x10\x00\x12\x1f\n\x1bMCP_SERVER_STATE_CONNECTING\x10\x01\x12\x1a\n\x16MCP_SERVER_STATE_READY\x10\x02\x12\x1b\n\x17MCP_SERVER_STATE_FAILED\x10\x03\x12\x1d\n\x19MCP_SERVER_STATE_DISABLED\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ageneral_agent/v1/mcp.proto\x12\x10general_agent.v1\x1a\x1fgoogle/api/field_behavior.proto\"\x82\x01\n\x0fMcpServerConfig\x12\x31\n\x05stdio\x18\x01 \x01(\x0b\x32 .general_agent.v1.McpStdioServerH\x00\x12/\n\x04http\x18\x02 \x01(\x0b\x32\x1f.general_agent.v1.McpHttpServerH\x00\x42\x0b\n\ttransport\"\xa5\x01\n\x0eMcpStdioServer\x12\x0f\n\x07\x63ommand\x18\x01 \x01(\t\x12\x0c\n\x04\x61rgs\x18\x02 \x03(\t\x12;\n\x03\x65nv\x18\x03 \x03(\x0b\x32).general_agent.v1.McpStdioServer.EnvEntryB\x03\x80\x01\x01\x12\x0b\n\x03\x63wd\x18\x04 \x01(\t\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x90\x01\n\rMcpHttpServer\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x42\n\x07headers\x18\x02 \x03(\x0b\x32,.general_agent.v1.McpHttpServer.HeadersEntryB\x03\x80\x01\x01\x1a.\n\x0cHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xd1\x01\n\x0fMcpServerStatus\x12\x13\n\x0bserver_name\x18\x01 \x01(\t\x12\x31\n\ttransport\x18\x02 \x01(\x0e\x32\x1e.general_agent.v1.McpTransport\x12\x0f\n\x07\x65nabled\x18\x03 \x01(\x08\x12\x11\n\tsupported\x18\x04 \x01(\x08\x12/\n\x05state\x18\x05 \x01(\x0e\x32 .general_agent.v1.McpServerState\x12\x12\n\ntool_count\x18\x06 \x01(\x05\x12\r\n\x05\x65rror\x18\x07 \x01(\t\"\xc9\x01\n\x14SetMcpServersRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x44\n\x07servers\x18\x02 \x03(\x0b\x32\x33.general_agent.v1.SetMcpServersRequest.ServersEntry\x1aQ\n\x0cServersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x30\n\x05value\x18\x02 \x01(\x0b\x32!.general_agent.v1.McpServerConfig:\x02\x38\x01\"L\n\x15SetMcpServersResponse\x12\x33\n\x08statuses\x18\x01 \x03(\x0b\x32!.general_agent.v1.McpServerStatus\"0\n\x14GetMcpServersRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"\xcb\x01\n\x15GetMcpServersResponse\x12\x45\n\x07servers\x18\x01 \x03(\x0b\x32\x34.general_agent.v1.GetMcpServersResponse.ServersEntry\x12\x18\n\x10\x64isabled_servers\x18\x02 \x03(\t\x1aQ\n\x0cServersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x30\n\x05value\x18\x02 \x01(\x0b\x32!.general_agent.v1.McpServerConfig:\x02\x38\x01\"^\n\x16ToggleMcpServerRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x19\n\x0bserver_name\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x0f\n\x07\x65nabled\x18\x03 \x01(\x08\"L\n\x17ToggleMcpServerResponse\x12\x31\n\x06status\x18\x01 \x01(\x0b\x32!.general_agent.v1.McpServerStatus\"/\n\x13GetMcpStatusRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"K\n\x14GetMcpStatusResponse\x12\x33\n\x08statuses\x18\x01 \x03(\x0b\x32!.general_agent.v1.McpServerStatus*^\n\x0cMcpTransport\x12\x1d\n\x19MCP_TRANSPORT_UNSPECIFIED\x10\x00\x12\x17\n\x13MCP_TRANSPORT_STDIO\x10\x01\x12\x16\n\x12MCP_TRANSPORT_HTTP\x10\x02*\xab\x01\n\x0eMcpServerState\x12 \n\x1cMCP_SERVER_STATE_UNSPECIFIED\x10\x00\x12\x1f\n\x1bMCP_SERVER_STATE_CONNECTING\x10\x01\x12\x1a\n\x16MCP_SERVER_STATE_READY\x10\x02\x12\x1b\n\x17MCP_SERVER_STATE_FAILED\x10\x03\x12\x1d\n\x19MCP_SERVER_STATE_DISABLED\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,20 +40,54 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MCPHTTPSERVER_HEADERSENTRY']._serialized_options = b'8\001'
   _globals['_MCPHTTPSERVER'].fields_by_name['headers']._loaded_options = None
   _globals['_MCPHTTPSERVER'].fields_by_name['headers']._serialized_options = b'\200\001\001'
-  _globals['_MCPTRANSPORT']._serialized_start=708
-  _globals['_MCPTRANSPORT']._serialized_end=802
-  _globals['_MCPSERVERSTATE']._serialized_start=805
-  _globals['_MCPSERVERSTATE']._serialized_end=976
-  _globals['_MCPSERVERCONFIG']._serialized_start=49
-  _globals['_MCPSERVERCONFIG']._serialized_end=179
-  _globals['_MCPSTDIOSERVER']._serialized_start=182
-  _globals['_MCPSTDIOSERVER']._serialized_end=347
-  _globals['_MCPSTDIOSERVER_ENVENTRY']._serialized_start=305
-  _globals['_MCPSTDIOSERVER_ENVENTRY']._serialized_end=347
-  _globals['_MCPHTTPSERVER']._serialized_start=350
-  _globals['_MCPHTTPSERVER']._serialized_end=494
-  _globals['_MCPHTTPSERVER_HEADERSENTRY']._serialized_start=448
-  _globals['_MCPHTTPSERVER_HEADERSENTRY']._serialized_end=494
-  _globals['_MCPSERVERSTATUS']._serialized_start=497
-  _globals['_MCPSERVERSTATUS']._serialized_end=706
+  _globals['_SETMCPSERVERSREQUEST_SERVERSENTRY']._loaded_options = None
+  _globals['_SETMCPSERVERSREQUEST_SERVERSENTRY']._serialized_options = b'8\001'
+  _globals['_SETMCPSERVERSREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_SETMCPSERVERSREQUEST'].fields_by_name['session_id']._serialized_options = b'\342A\001\002'
+  _globals['_GETMCPSERVERSREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_GETMCPSERVERSREQUEST'].fields_by_name['session_id']._serialized_options = b'\342A\001\002'
+  _globals['_GETMCPSERVERSRESPONSE_SERVERSENTRY']._loaded_options = None
+  _globals['_GETMCPSERVERSRESPONSE_SERVERSENTRY']._serialized_options = b'8\001'
+  _globals['_TOGGLEMCPSERVERREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_TOGGLEMCPSERVERREQUEST'].fields_by_name['session_id']._serialized_options = b'\342A\001\002'
+  _globals['_TOGGLEMCPSERVERREQUEST'].fields_by_name['server_name']._loaded_options = None
+  _globals['_TOGGLEMCPSERVERREQUEST'].fields_by_name['server_name']._serialized_options = b'\342A\001\002'
+  _globals['_GETMCPSTATUSREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_GETMCPSTATUSREQUEST'].fields_by_name['session_id']._serialized_options = b'\342A\001\002'
+  _globals['_MCPTRANSPORT']._serialized_start=1579
+  _globals['_MCPTRANSPORT']._serialized_end=1673
+  _globals['_MCPSERVERSTATE']._serialized_start=1676
+  _globals['_MCPSERVERSTATE']._serialized_end=1847
+  _globals['_MCPSERVERCONFIG']._serialized_start=82
+  _globals['_MCPSERVERCONFIG']._serialized_end=212
+  _globals['_MCPSTDIOSERVER']._serialized_start=215
+  _globals['_MCPSTDIOSERVER']._serialized_end=380
+  _globals['_MCPSTDIOSERVER_ENVENTRY']._serialized_start=338
+  _globals['_MCPSTDIOSERVER_ENVENTRY']._serialized_end=380
+  _globals['_MCPHTTPSERVER']._serialized_start=383
+  _globals['_MCPHTTPSERVER']._serialized_end=527
+  _globals['_MCPHTTPSERVER_HEADERSENTRY']._serialized_start=481
+  _globals['_MCPHTTPSERVER_HEADERSENTRY']._serialized_end=527
+  _globals['_MCPSERVERSTATUS']._serialized_start=530
+  _globals['_MCPSERVERSTATUS']._serialized_end=739
+  _globals['_SETMCPSERVERSREQUEST']._serialized_start=742
+  _globals['_SETMCPSERVERSREQUEST']._serialized_end=943
+  _globals['_SETMCPSERVERSREQUEST_SERVERSENTRY']._serialized_start=862
+  _globals['_SETMCPSERVERSREQUEST_SERVERSENTRY']._serialized_end=943
+  _globals['_SETMCPSERVERSRESPONSE']._serialized_start=945
+  _globals['_SETMCPSERVERSRESPONSE']._serialized_end=1021
+  _globals['_GETMCPSERVERSREQUEST']._serialized_start=1023
+  _globals['_GETMCPSERVERSREQUEST']._serialized_end=1071
+  _globals['_GETMCPSERVERSRESPONSE']._serialized_start=1074
+  _globals['_GETMCPSERVERSRESPONSE']._serialized_end=1277
+  _globals['_GETMCPSERVERSRESPONSE_SERVERSENTRY']._serialized_start=862
+  _globals['_GETMCPSERVERSRESPONSE_SERVERSENTRY']._serialized_end=943
+  _globals['_TOGGLEMCPSERVERREQUEST']._serialized_start=1279
+  _globals['_TOGGLEMCPSERVERREQUEST']._serialized_end=1373
+  _globals['_TOGGLEMCPSERVERRESPONSE']._serialized_start=1375
+  _globals['_TOGGLEMCPSERVERRESPONSE']._serialized_end=1451
+  _globals['_GETMCPSTATUSREQUEST']._serialized_start=1453
+  _globals['_GETMCPSTATUSREQUEST']._serialized_end=1500
+  _globals['_GETMCPSTATUSRESPONSE']._serialized_start=1502
+  _globals['_GETMCPSTATUSRESPONSE']._serialized_end=1577
 # @@protoc_insertion_point(module_scope)

@@ -77,7 +77,11 @@ Global___McpServerState: _TypeAlias = McpServerState  # noqa: Y015
 
 @_typing.final
 class McpServerConfig(_message.Message):
-    """How one MCP server is reached (spec section 10)."""
+    """A session's MCP servers: how each is reached, its status, and the messages
+    of SetMcpServers, GetMcpServers, ToggleMcpServer and GetMcpStatus.
+
+    How one MCP server is reached (spec section 10).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -260,3 +264,249 @@ class McpServerStatus(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___McpServerStatus: _TypeAlias = McpServerStatus  # noqa: Y015
+
+@_typing.final
+class SetMcpServersRequest(_message.Message):
+    """Request of SetMcpServers."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ServersEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___McpServerConfig: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___McpServerConfig | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    SERVERS_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session."""
+    @_builtins.property
+    def servers(self) -> _containers.MessageMap[_builtins.str, Global___McpServerConfig]:
+        """The new map."""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        servers: _abc.Mapping[_builtins.str, Global___McpServerConfig] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["servers", b"servers", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetMcpServersRequest: _TypeAlias = SetMcpServersRequest  # noqa: Y015
+
+@_typing.final
+class SetMcpServersResponse(_message.Message):
+    """Response of SetMcpServers."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUSES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def statuses(self) -> _containers.RepeatedCompositeFieldContainer[Global___McpServerStatus]:
+        """Status of each server."""
+
+    def __init__(
+        self,
+        *,
+        statuses: _abc.Iterable[Global___McpServerStatus] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["statuses", b"statuses"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetMcpServersResponse: _TypeAlias = SetMcpServersResponse  # noqa: Y015
+
+@_typing.final
+class GetMcpServersRequest(_message.Message):
+    """Request of GetMcpServers."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetMcpServersRequest: _TypeAlias = GetMcpServersRequest  # noqa: Y015
+
+@_typing.final
+class GetMcpServersResponse(_message.Message):
+    """Response of GetMcpServers."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ServersEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___McpServerConfig: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___McpServerConfig | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    SERVERS_FIELD_NUMBER: _builtins.int
+    DISABLED_SERVERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def servers(self) -> _containers.MessageMap[_builtins.str, Global___McpServerConfig]:
+        """The map, secrets redacted."""
+
+    @_builtins.property
+    def disabled_servers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Disabled server names."""
+
+    def __init__(
+        self,
+        *,
+        servers: _abc.Mapping[_builtins.str, Global___McpServerConfig] | None = ...,
+        disabled_servers: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["disabled_servers", b"disabled_servers", "servers", b"servers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetMcpServersResponse: _TypeAlias = GetMcpServersResponse  # noqa: Y015
+
+@_typing.final
+class ToggleMcpServerRequest(_message.Message):
+    """Request of ToggleMcpServer."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    SERVER_NAME_FIELD_NUMBER: _builtins.int
+    ENABLED_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session."""
+    server_name: _builtins.str
+    """The server."""
+    enabled: _builtins.bool
+    """Enable or disable."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        server_name: _builtins.str = ...,
+        enabled: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["enabled", b"enabled", "server_name", b"server_name", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToggleMcpServerRequest: _TypeAlias = ToggleMcpServerRequest  # noqa: Y015
+
+@_typing.final
+class ToggleMcpServerResponse(_message.Message):
+    """Response of ToggleMcpServer."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def status(self) -> Global___McpServerStatus:
+        """Its status afterwards."""
+
+    def __init__(
+        self,
+        *,
+        status: Global___McpServerStatus | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToggleMcpServerResponse: _TypeAlias = ToggleMcpServerResponse  # noqa: Y015
+
+@_typing.final
+class GetMcpStatusRequest(_message.Message):
+    """Request of GetMcpStatus."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetMcpStatusRequest: _TypeAlias = GetMcpStatusRequest  # noqa: Y015
+
+@_typing.final
+class GetMcpStatusResponse(_message.Message):
+    """Response of GetMcpStatus."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUSES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def statuses(self) -> _containers.RepeatedCompositeFieldContainer[Global___McpServerStatus]:
+        """One per configured server."""
+
+    def __init__(
+        self,
+        *,
+        statuses: _abc.Iterable[Global___McpServerStatus] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["statuses", b"statuses"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetMcpStatusResponse: _TypeAlias = GetMcpStatusResponse  # noqa: Y015

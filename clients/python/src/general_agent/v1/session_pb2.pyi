@@ -4,9 +4,9 @@ isort:skip_file
 """
 
 from collections import abc as _abc
-from general_agent.v1 import hook_pb2 as _hook_pb2
+from general_agent.v1 import hook_registration_pb2 as _hook_registration_pb2
+from general_agent.v1 import hosted_tool_pb2 as _hosted_tool_pb2
 from general_agent.v1 import mcp_pb2 as _mcp_pb2
-from general_agent.v1 import tool_pb2 as _tool_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
@@ -478,7 +478,7 @@ class Session(_message.Message):
         """Extended thinking."""
 
     @_builtins.property
-    def hosted_tools(self) -> _containers.RepeatedCompositeFieldContainer[_tool_pb2.HostedToolDefinition]:
+    def hosted_tools(self) -> _containers.RepeatedCompositeFieldContainer[_hosted_tool_pb2.HostedToolDefinition]:
         """Tools the host executes (section 6)."""
 
     @_builtins.property
@@ -494,7 +494,7 @@ class Session(_message.Message):
         """Tools allowed within the mode's policy; empty = all the mode allows."""
 
     @_builtins.property
-    def hook_registrations(self) -> _containers.RepeatedCompositeFieldContainer[_hook_pb2.HookRegistration]:
+    def hook_registrations(self) -> _containers.RepeatedCompositeFieldContainer[_hook_registration_pb2.HookRegistration]:
         """Hook registrations that apply to this session only."""
 
     @_builtins.property
@@ -547,11 +547,11 @@ class Session(_message.Message):
         thinking: Global___ThinkingConfig | None = ...,
         max_tokens: _builtins.int = ...,
         auth_profile_id: _builtins.str = ...,
-        hosted_tools: _abc.Iterable[_tool_pb2.HostedToolDefinition] | None = ...,
+        hosted_tools: _abc.Iterable[_hosted_tool_pb2.HostedToolDefinition] | None = ...,
         mcp_servers: _abc.Mapping[_builtins.str, _mcp_pb2.McpServerConfig] | None = ...,
         disabled_mcp_servers: _abc.Iterable[_builtins.str] | None = ...,
         allowed_tools: _abc.Iterable[_builtins.str] | None = ...,
-        hook_registrations: _abc.Iterable[_hook_pb2.HookRegistration] | None = ...,
+        hook_registrations: _abc.Iterable[_hook_registration_pb2.HookRegistration] | None = ...,
         memory: Global___MemoryConfig | None = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         limits: Global___SessionLimits | None = ...,

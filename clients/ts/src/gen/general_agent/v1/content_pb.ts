@@ -26,6 +26,9 @@ export const file_general_agent_v1_content: GenFile = /*@__PURE__*/
  */
 export type ContentPart = Message<"general_agent.v1.ContentPart"> & {
   /**
+   * The kind of part; exactly one is set. A turn input part with none set is
+   * INVALID_ARGUMENT ("empty content part").
+   *
    * @generated from oneof general_agent.v1.ContentPart.part
    */
   part: {

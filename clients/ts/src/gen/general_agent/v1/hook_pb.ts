@@ -4,225 +4,15 @@
 
 import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
-import { file_google_api_field_behavior } from "../../google/api/field_behavior_pb.js";
-import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file general_agent/v1/hook.proto.
  */
 export const file_general_agent_v1_hook: GenFile = /*@__PURE__*/
-  fileDesc("ChtnZW5lcmFsX2FnZW50L3YxL2hvb2sucHJvdG8SEGdlbmVyYWxfYWdlbnQudjEi+gEKEEhvb2tSZWdpc3RyYXRpb24SFwoJcGx1Z2luX2lkGAEgASgJQgTiQQECEjIKBnRhcmdldBgCIAEoCzIcLmdlbmVyYWxfYWdlbnQudjEuSG9va1RhcmdldEIE4kEBAhIyCgVob29rcxgDIAMoCzIdLmdlbmVyYWxfYWdlbnQudjEuSG9va0JpbmRpbmdCBOJBAQISGAoKc2Vzc2lvbl9pZBgEIAEoCUIE4kEBAxIUCgZ0ZW5hbnQYBSABKAlCBOJBAQMSNQoLY3JlYXRlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEDIksKCkhvb2tUYXJnZXQSFQoHYWRkcmVzcxgBIAEoCUIE4kEBAhImCgN0bHMYAiABKAsyGS5nZW5lcmFsX2FnZW50LnYxLkhvb2tUbHMidgoHSG9va1RscxITCgtjYV9jZXJ0X3BlbRgBIAEoCRIcChRzZXJ2ZXJfbmFtZV9vdmVycmlkZRgCIAEoCRIXCg9jbGllbnRfY2VydF9wZW0YAyABKAkSHwoOY2xpZW50X2tleV9wZW0YBCABKAlCB4ABAeJBAQQiiQIKC0hvb2tCaW5kaW5nEi4KBG5hbWUYASABKA4yGi5nZW5lcmFsX2FnZW50LnYxLkhvb2tOYW1lQgTiQQECEhAKCHByaW9yaXR5GAIgASgFEioKB3RpbWVvdXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SOwoOZmFpbHVyZV9wb2xpY3kYBCABKA4yIy5nZW5lcmFsX2FnZW50LnYxLkhvb2tGYWlsdXJlUG9saWN5Ej8KEGluY2x1ZGVfbWVzc2FnZXMYBSABKA4yJS5nZW5lcmFsX2FnZW50LnYxLkhvb2tJbmNsdWRlTWVzc2FnZXMSDgoGbGFzdF9uGAYgASgFIqoCCgtIb29rQ29udGV4dBISCgpzZXNzaW9uX2lkGAEgASgJEhMKC3Nlc3Npb25fa2V5GAIgASgJEhAKCGFnZW50X2lkGAMgASgJEg4KBnJ1bl9pZBgEIAEoCRIRCgl0b29sX25hbWUYBSABKAkSFAoMdG9vbF9jYWxsX2lkGAYgASgJEhUKDXdvcmtzcGFjZV9kaXIYByABKAkSEQoJcGx1Z2luX2lkGAggASgJEhQKDGRpc3BhdGNoX3NlcRgJIAEoBBISCgpjaGFubmVsX2lkGAogASgJEhIKCmFjY291bnRfaWQYCyABKAkSFwoPY29udmVyc2F0aW9uX2lkGAwgASgJEiYKBWV4dHJhGA0gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCJjCgxIb29rTWVzc2FnZXMSFQoNbWVzc2FnZV9jb3VudBgBIAEoBRIpCghtZXNzYWdlcxgCIAMoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEQoJdHJ1bmNhdGVkGAMgASgIImIKCUhvb2tVc2FnZRINCgVpbnB1dBgBIAEoAxIOCgZvdXRwdXQYAiABKAMSEgoKY2FjaGVfcmVhZBgDIAEoAxITCgtjYWNoZV93cml0ZRgEIAEoAxINCgV0b3RhbBgFIAEoAyIpChdCZWZvcmVNb2RlbFJlc29sdmVFdmVudBIOCgZwcm9tcHQYASABKAkigAEKGEJlZm9yZU1vZGVsUmVzb2x2ZVJlc3VsdBIbCg5tb2RlbF9vdmVycmlkZRgBIAEoCUgAiAEBEh4KEXByb3ZpZGVyX292ZXJyaWRlGAIgASgJSAGIAQFCEQoPX21vZGVsX292ZXJyaWRlQhQKEl9wcm92aWRlcl9vdmVycmlkZSJaChZCZWZvcmVQcm9tcHRCdWlsZEV2ZW50Eg4KBnByb21wdBgBIAEoCRIwCghtZXNzYWdlcxgCIAEoCzIeLmdlbmVyYWxfYWdlbnQudjEuSG9va01lc3NhZ2VzIp8BChdCZWZvcmVQcm9tcHRCdWlsZFJlc3VsdBIaCg1zeXN0ZW1fcHJvbXB0GAEgASgJSACIAQESFwoPcHJlcGVuZF9jb250ZXh0GAIgASgJEh4KFnByZXBlbmRfc3lzdGVtX2NvbnRleHQYAyABKAkSHQoVYXBwZW5kX3N5c3RlbV9jb250ZXh0GAQgASgJQhAKDl9zeXN0ZW1fcHJvbXB0IlkKFUJlZm9yZUFnZW50U3RhcnRFdmVudBIOCgZwcm9tcHQYASABKAkSMAoIbWVzc2FnZXMYAiABKAsyHi5nZW5lcmFsX2FnZW50LnYxLkhvb2tNZXNzYWdlcyKEAgoWQmVmb3JlQWdlbnRTdGFydFJlc3VsdBIbCg5tb2RlbF9vdmVycmlkZRgBIAEoCUgAiAEBEh4KEXByb3ZpZGVyX292ZXJyaWRlGAIgASgJSAGIAQESGgoNc3lzdGVtX3Byb21wdBgDIAEoCUgCiAEBEhcKD3ByZXBlbmRfY29udGV4dBgEIAEoCRIeChZwcmVwZW5kX3N5c3RlbV9jb250ZXh0GAUgASgJEh0KFWFwcGVuZF9zeXN0ZW1fY29udGV4dBgGIAEoCUIRCg9fbW9kZWxfb3ZlcnJpZGVCFAoSX3Byb3ZpZGVyX292ZXJyaWRlQhAKDl9zeXN0ZW1fcHJvbXB0IssBCg1MbG1JbnB1dEV2ZW50Eg4KBnJ1bl9pZBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEhAKCHByb3ZpZGVyGAMgASgJEg0KBW1vZGVsGAQgASgJEhUKDXN5c3RlbV9wcm9tcHQYBSABKAkSDgoGcHJvbXB0GAYgASgJEjgKEGhpc3RvcnlfbWVzc2FnZXMYByABKAsyHi5nZW5lcmFsX2FnZW50LnYxLkhvb2tNZXNzYWdlcxIUCgxpbWFnZXNfY291bnQYCCABKAUidgoNQWdlbnRFbmRFdmVudBIwCghtZXNzYWdlcxgBIAEoCzIeLmdlbmVyYWxfYWdlbnQudjEuSG9va01lc3NhZ2VzEg8KB3N1Y2Nlc3MYAiABKAgSDQoFZXJyb3IYAyABKAkSEwoLZHVyYXRpb25fbXMYBCABKAMiywEKDkxsbU91dHB1dEV2ZW50Eg4KBnJ1bl9pZBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEhAKCHByb3ZpZGVyGAMgASgJEg0KBW1vZGVsGAQgASgJEhcKD2Fzc2lzdGFudF90ZXh0cxgFIAMoCRIvCg5sYXN0X2Fzc2lzdGFudBgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSKgoFdXNhZ2UYByABKAsyGy5nZW5lcmFsX2FnZW50LnYxLkhvb2tVc2FnZSKMAQoTQmVmb3JlVG9vbENhbGxFdmVudBIRCgl0b29sX25hbWUYASABKAkSJwoGcGFyYW1zGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBITCgtwYXJhbXNfanNvbhgDIAEoCRIOCgZydW5faWQYBCABKAkSFAoMdG9vbF9jYWxsX2lkGAUgASgJInQKFEJlZm9yZVRvb2xDYWxsUmVzdWx0EiwKBnBhcmFtcxgBIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RIAIgBARINCgVibG9jaxgCIAEoCBIUCgxibG9ja19yZWFzb24YAyABKAlCCQoHX3BhcmFtcyLYAQoSQWZ0ZXJUb29sQ2FsbEV2ZW50EhEKCXRvb2xfbmFtZRgBIAEoCRInCgZwYXJhbXMYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhMKC3BhcmFtc19qc29uGAMgASgJEg4KBnJ1bl9pZBgEIAEoCRIUCgx0b29sX2NhbGxfaWQYBSABKAkSJwoGcmVzdWx0GAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBINCgVlcnJvchgHIAEoCRITCgtkdXJhdGlvbl9tcxgIIAEoAyJrChZUb29sUmVzdWx0UGVyc2lzdEV2ZW50EhEKCXRvb2xfbmFtZRgBIAEoCRIUCgx0b29sX2NhbGxfaWQYAiABKAkSKAoHbWVzc2FnZRgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiVAoXVG9vbFJlc3VsdFBlcnNpc3RSZXN1bHQSLQoHbWVzc2FnZRgBIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RIAIgBAUIKCghfbWVzc2FnZSJYChdCZWZvcmVNZXNzYWdlV3JpdGVFdmVudBIoCgdtZXNzYWdlGAEgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBITCgtzZXNzaW9uX2tleRgCIAEoCSJkChhCZWZvcmVNZXNzYWdlV3JpdGVSZXN1bHQSDQoFYmxvY2sYASABKAgSLQoHbWVzc2FnZRgCIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RIAIgBAUIKCghfbWVzc2FnZSJSChFTZXNzaW9uU3RhcnRFdmVudBISCgpzZXNzaW9uX2lkGAEgASgJEhMKC3Nlc3Npb25fa2V5GAIgASgJEhQKDHJlc3VtZWRfZnJvbRgDIAEoCSJmCg9TZXNzaW9uRW5kRXZlbnQSEgoKc2Vzc2lvbl9pZBgBIAEoCRITCgtzZXNzaW9uX2tleRgCIAEoCRIVCg1tZXNzYWdlX2NvdW50GAMgASgFEhMKC2R1cmF0aW9uX21zGAQgASgDIqUBChVCZWZvcmVDb21wYWN0aW9uRXZlbnQSFQoNbWVzc2FnZV9jb3VudBgBIAEoBRIYChBjb21wYWN0aW5nX2NvdW50GAIgASgFEhMKC3Rva2VuX2NvdW50GAMgASgDEjAKCG1lc3NhZ2VzGAQgASgLMh4uZ2VuZXJhbF9hZ2VudC52MS5Ib29rTWVzc2FnZXMSFAoMc2Vzc2lvbl9maWxlGAUgASgJInEKFEFmdGVyQ29tcGFjdGlvbkV2ZW50EhUKDW1lc3NhZ2VfY291bnQYASABKAUSEwoLdG9rZW5fY291bnQYAiABKAMSFwoPY29tcGFjdGVkX2NvdW50GAMgASgFEhQKDHNlc3Npb25fZmlsZRgEIAEoCSJqChBCZWZvcmVSZXNldEV2ZW50EhQKDHNlc3Npb25fZmlsZRgBIAEoCRIwCghtZXNzYWdlcxgCIAEoCzIeLmdlbmVyYWxfYWdlbnQudjEuSG9va01lc3NhZ2VzEg4KBnJlYXNvbhgDIAEoCSJ7ChVTdWJhZ2VudFNwYXduaW5nRXZlbnQSGQoRY2hpbGRfc2Vzc2lvbl9rZXkYASABKAkSEAoIYWdlbnRfaWQYAiABKAkSDQoFbGFiZWwYAyABKAkSDAoEbW9kZRgEIAEoCRIYChB0aHJlYWRfcmVxdWVzdGVkGAUgASgIIn8KFlN1YmFnZW50U3Bhd25pbmdSZXN1bHQSOAoGc3RhdHVzGAEgASgOMiguZ2VuZXJhbF9hZ2VudC52MS5TdWJhZ2VudFNwYXduaW5nU3RhdHVzEhwKFHRocmVhZF9iaW5kaW5nX3JlYWR5GAIgASgIEg0KBWVycm9yGAMgASgJInsKG1N1YmFnZW50RGVsaXZlcnlUYXJnZXRFdmVudBIZChFjaGlsZF9zZXNzaW9uX2tleRgBIAEoCRIdChVyZXF1ZXN0ZXJfc2Vzc2lvbl9rZXkYAiABKAkSIgoaZXhwZWN0c19jb21wbGV0aW9uX21lc3NhZ2UYAyABKAgiRwocU3ViYWdlbnREZWxpdmVyeVRhcmdldFJlc3VsdBInCgZvcmlnaW4YASABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IooBChRTdWJhZ2VudFNwYXduZWRFdmVudBIZChFjaGlsZF9zZXNzaW9uX2tleRgBIAEoCRIQCghhZ2VudF9pZBgCIAEoCRINCgVsYWJlbBgDIAEoCRIMCgRtb2RlGAQgASgJEhgKEHRocmVhZF9yZXF1ZXN0ZWQYBSABKAgSDgoGcnVuX2lkGAYgASgJIqQBChJTdWJhZ2VudEVuZGVkRXZlbnQSGgoSdGFyZ2V0X3Nlc3Npb25fa2V5GAEgASgJEhMKC3RhcmdldF9raW5kGAIgASgJEg4KBnJlYXNvbhgDIAEoCRIPCgdvdXRjb21lGAQgASgJEg4KBnJ1bl9pZBgFIAEoCRIsCghlbmRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiwwQKEUluYm91bmRDbGFpbUV2ZW50Eg8KB2NvbnRlbnQYASABKAkSDAoEYm9keRgCIAEoCRIWCg5ib2R5X2Zvcl9hZ2VudBgDIAEoCRISCgp0cmFuc2NyaXB0GAQgASgJEi0KCXRpbWVzdGFtcBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHY2hhbm5lbBgGIAEoCRISCgphY2NvdW50X2lkGAcgASgJEhcKD2NvbnZlcnNhdGlvbl9pZBgIIAEoCRIeChZwYXJlbnRfY29udmVyc2F0aW9uX2lkGAkgASgJEhEKCXRocmVhZF9pZBgKIAEoCRISCgptZXNzYWdlX2lkGAsgASgJEhEKCXNlbmRlcl9pZBgMIAEoCRITCgtzZW5kZXJfbmFtZRgNIAEoCRIXCg9zZW5kZXJfdXNlcm5hbWUYDiABKAkSFAoMc2VuZGVyX2dyb3VwGA8gASgJEhMKC3JlcGx5X3RvX2lkGBAgASgJEhUKDXJlcGx5X3RvX2JvZHkYESABKAkSFwoPcmVwbHlfdG9fc2VuZGVyGBIgASgJEhMKC3Nlc3Npb25fa2V5GBMgASgJEg4KBnJ1bl9pZBgUIAEoCRIQCghpc19ncm91cBgVIAEoCBIaChJjb21tYW5kX2F1dGhvcml6ZWQYFiABKAgSFQoNd2FzX21lbnRpb25lZBgXIAEoCBIpCghtZXRhZGF0YRgYIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiMwoSSW5ib3VuZENsYWltUmVzdWx0Eg8KB2hhbmRsZWQYASABKAgSDAoEdGV4dBgCIAEoCSKuAQoTQmVmb3JlRGlzcGF0Y2hFdmVudBIPCgdjb250ZW50GAEgASgJEgwKBGJvZHkYAiABKAkSDwoHY2hhbm5lbBgDIAEoCRITCgtzZXNzaW9uX2tleRgEIAEoCRIRCglzZW5kZXJfaWQYBSABKAkSEAoIaXNfZ3JvdXAYBiABKAgSLQoJdGltZXN0YW1wGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI1ChRCZWZvcmVEaXNwYXRjaFJlc3VsdBIPCgdoYW5kbGVkGAEgASgIEgwKBHRleHQYAiABKAkijwEKFE1lc3NhZ2VSZWNlaXZlZEV2ZW50EgwKBGZyb20YASABKAkSDwoHY29udGVudBgCIAEoCRItCgl0aW1lc3RhbXAYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKCG1ldGFkYXRhGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCJdChNNZXNzYWdlU2VuZGluZ0V2ZW50EgoKAnRvGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSKQoIbWV0YWRhdGEYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IkgKFE1lc3NhZ2VTZW5kaW5nUmVzdWx0EhQKB2NvbnRlbnQYASABKAlIAIgBARIOCgZjYW5jZWwYAiABKAhCCgoIX2NvbnRlbnQiTwoQTWVzc2FnZVNlbnRFdmVudBIKCgJ0bxgBIAEoCRIPCgdjb250ZW50GAIgASgJEg8KB3N1Y2Nlc3MYAyABKAgSDQoFZXJyb3IYBCABKAkiIQoRR2F0ZXdheVN0YXJ0RXZlbnQSDAoEcG9ydBgBIAEoBSIiChBHYXRld2F5U3RvcEV2ZW50Eg4KBnJlYXNvbhgBIAEoCSrMBgoISG9va05hbWUSGQoVSE9PS19OQU1FX1VOU1BFQ0lGSUVEEAASIgoeSE9PS19OQU1FX0JFRk9SRV9NT0RFTF9SRVNPTFZFEAESIQodSE9PS19OQU1FX0JFRk9SRV9QUk9NUFRfQlVJTEQQAhIgChxIT09LX05BTUVfQkVGT1JFX0FHRU5UX1NUQVJUEAMSFwoTSE9PS19OQU1FX0xMTV9JTlBVVBAEEhgKFEhPT0tfTkFNRV9MTE1fT1VUUFVUEAUSFwoTSE9PS19OQU1FX0FHRU5UX0VORBAGEh4KGkhPT0tfTkFNRV9CRUZPUkVfVE9PTF9DQUxMEAcSHQoZSE9PS19OQU1FX0FGVEVSX1RPT0xfQ0FMTBAIEiEKHUhPT0tfTkFNRV9UT09MX1JFU1VMVF9QRVJTSVNUEAkSIgoeSE9PS19OQU1FX0JFRk9SRV9NRVNTQUdFX1dSSVRFEAoSGwoXSE9PS19OQU1FX1NFU1NJT05fU1RBUlQQCxIZChVIT09LX05BTUVfU0VTU0lPTl9FTkQQDBIfChtIT09LX05BTUVfQkVGT1JFX0NPTVBBQ1RJT04QDRIeChpIT09LX05BTUVfQUZURVJfQ09NUEFDVElPThAOEhoKFkhPT0tfTkFNRV9CRUZPUkVfUkVTRVQQDxIfChtIT09LX05BTUVfU1VCQUdFTlRfU1BBV05JTkcQEBImCiJIT09LX05BTUVfU1VCQUdFTlRfREVMSVZFUllfVEFSR0VUEBESHgoaSE9PS19OQU1FX1NVQkFHRU5UX1NQQVdORUQQEhIcChhIT09LX05BTUVfU1VCQUdFTlRfRU5ERUQQExIbChdIT09LX05BTUVfSU5CT1VORF9DTEFJTRAUEh0KGUhPT0tfTkFNRV9CRUZPUkVfRElTUEFUQ0gQFRIeChpIT09LX05BTUVfTUVTU0FHRV9SRUNFSVZFRBAWEh0KGUhPT0tfTkFNRV9NRVNTQUdFX1NFTkRJTkcQFxIaChZIT09LX05BTUVfTUVTU0FHRV9TRU5UEBgSGwoXSE9PS19OQU1FX0dBVEVXQVlfU1RBUlQQGRIaChZIT09LX05BTUVfR0FURVdBWV9TVE9QEBoqgAEKEUhvb2tGYWlsdXJlUG9saWN5EiMKH0hPT0tfRkFJTFVSRV9QT0xJQ1lfVU5TUEVDSUZJRUQQABIhCh1IT09LX0ZBSUxVUkVfUE9MSUNZX0ZBSUxfT1BFThABEiMKH0hPT0tfRkFJTFVSRV9QT0xJQ1lfRkFJTF9DTE9TRUQQAiqdAQoTSG9va0luY2x1ZGVNZXNzYWdlcxIlCiFIT09LX0lOQ0xVREVfTUVTU0FHRVNfVU5TUEVDSUZJRUQQABIeChpIT09LX0lOQ0xVREVfTUVTU0FHRVNfTk9ORRABEiAKHEhPT0tfSU5DTFVERV9NRVNTQUdFU19MQVNUX04QAhIdChlIT09LX0lOQ0xVREVfTUVTU0FHRVNfQUxMEAMqhwEKFlN1YmFnZW50U3Bhd25pbmdTdGF0dXMSKAokU1VCQUdFTlRfU1BBV05JTkdfU1RBVFVTX1VOU1BFQ0lGSUVEEAASHwobU1VCQUdFTlRfU1BBV05JTkdfU1RBVFVTX09LEAESIgoeU1VCQUdFTlRfU1BBV05JTkdfU1RBVFVTX0VSUk9SEAJC1gEKFGNvbS5nZW5lcmFsX2FnZW50LnYxQglIb29rUHJvdG9QAVpWZ2l0aHViLmNvbS9nZW5lcmFsLWFnZW50L2dlbmVyYWwtYWdlbnQvY2xpZW50cy9nby9nZW4vZ2VuZXJhbF9hZ2VudC92MTtnZW5lcmFsX2FnZW50djGiAgNHWFiqAg9HZW5lcmFsQWdlbnQuVjHKAg9HZW5lcmFsQWdlbnRcVjHiAhtHZW5lcmFsQWdlbnRcVjFcR1BCTWV0YWRhdGHqAhBHZW5lcmFsQWdlbnQ6OlYxYgZwcm90bzM", [file_google_api_field_behavior, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
-
-/**
- * A set of remote hook handlers served by one host endpoint.
- *
- * Registered for the caller's tenant with `RegisterHooks`, or for a single
- * session inside `CreateSession`. Registrations are persisted and survive
- * server restarts. Server-wide registrations (across tenants) come only from
- * admin tokens or the server's config file.
- *
- * @generated from message general_agent.v1.HookRegistration
- */
-export type HookRegistration = Message<"general_agent.v1.HookRegistration"> & {
-  /**
-   * Plugin identifier. Names the handler in logs, in the default block reason
-   * of `before_tool_call` ("Tool call blocked by plugin hook <plugin_id>") and
-   * in `HookContext.plugin_id`.
-   *
-   * @generated from field: string plugin_id = 1;
-   */
-  pluginId: string;
-
-  /**
-   * The endpoint serving `general_agent.v1.HookService`.
-   *
-   * @generated from field: general_agent.v1.HookTarget target = 2;
-   */
-  target?: HookTarget | undefined;
-
-  /**
-   * The hooks this plugin handles, one binding per hook name. A hook name may
-   * appear at most once per registration (INVALID_ARGUMENT `INVALID_HOOK`
-   * otherwise, and for HOOK_NAME_UNSPECIFIED).
-   *
-   * @generated from field: repeated general_agent.v1.HookBinding hooks = 3;
-   */
-  hooks: HookBinding[];
-
-  /**
-   * Set when the registration belongs to one session (made in CreateSession
-   * or copied by ForkSession); empty for tenant-wide registrations.
-   *
-   * @generated from field: string session_id = 4;
-   */
-  sessionId: string;
-
-  /**
-   * The tenant that owns the registration (empty for server-wide ones).
-   *
-   * @generated from field: string tenant = 5;
-   */
-  tenant: string;
-
-  /**
-   * When the registration was created.
-   *
-   * @generated from field: google.protobuf.Timestamp create_time = 6;
-   */
-  createTime?: Timestamp | undefined;
-};
-
-/**
- * Describes the message general_agent.v1.HookRegistration.
- * Use `create(HookRegistrationSchema)` to create a new message.
- */
-export const HookRegistrationSchema: GenMessage<HookRegistration> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 0);
-
-/**
- * Where the server dials a host's HookService.
- *
- * @generated from message general_agent.v1.HookTarget
- */
-export type HookTarget = Message<"general_agent.v1.HookTarget"> & {
-  /**
-   * `host:port` of the HookService endpoint. The host must pass the server's
-   * SSRF guard (loopback, private, link-local and metadata addresses are
-   * refused after DNS resolution) unless it is on the server's allow-list.
-   * The server reuses one channel per distinct target.
-   *
-   * @generated from field: string address = 1;
-   */
-  address: string;
-
-  /**
-   * TLS settings. Absent means plaintext.
-   *
-   * @generated from field: general_agent.v1.HookTls tls = 2;
-   */
-  tls?: HookTls | undefined;
-};
-
-/**
- * Describes the message general_agent.v1.HookTarget.
- * Use `create(HookTargetSchema)` to create a new message.
- */
-export const HookTargetSchema: GenMessage<HookTarget> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 1);
-
-/**
- * TLS settings for dialling a hook target.
- *
- * @generated from message general_agent.v1.HookTls
- */
-export type HookTls = Message<"general_agent.v1.HookTls"> & {
-  /**
-   * PEM bundle of CA certificates trusted for the target's server
-   * certificate. Empty means the server's system roots.
-   *
-   * @generated from field: string ca_cert_pem = 1;
-   */
-  caCertPem: string;
-
-  /**
-   * Overrides the name checked against the server certificate (and sent as
-   * SNI). Empty means the host part of `HookTarget.address`.
-   *
-   * @generated from field: string server_name_override = 2;
-   */
-  serverNameOverride: string;
-
-  /**
-   * PEM client certificate chain for mutual TLS. Empty means no client
-   * certificate.
-   *
-   * @generated from field: string client_cert_pem = 3;
-   */
-  clientCertPem: string;
-
-  /**
-   * PEM private key for `client_cert_pem`. A secret: never logged, never
-   * returned by ListHookRegistrations.
-   *
-   * @generated from field: string client_key_pem = 4;
-   */
-  clientKeyPem: string;
-};
-
-/**
- * Describes the message general_agent.v1.HookTls.
- * Use `create(HookTlsSchema)` to create a new message.
- */
-export const HookTlsSchema: GenMessage<HookTls> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 2);
-
-/**
- * How one hook of a registration is handled.
- *
- * @generated from message general_agent.v1.HookBinding
- */
-export type HookBinding = Message<"general_agent.v1.HookBinding"> & {
-  /**
-   * The hook.
-   *
-   * @generated from field: general_agent.v1.HookName name = 1;
-   */
-  name: HookName;
-
-  /**
-   * Handlers run by priority, highest first (default 0, negative allowed);
-   * ties keep registration order. For void hooks it only orders start-up.
-   *
-   * @generated from field: int32 priority = 2;
-   */
-  priority: number;
-
-  /**
-   * Per-call timeout. Unset means the hook's default: 15 s for modifying
-   * hooks (before_model_resolve, before_prompt_build, before_agent_start,
-   * before_tool_call, subagent_spawning, subagent_delivery_target,
-   * message_sending), 30 s for agent_end, before_compaction and
-   * after_compaction, 5 s for every other hook. Always capped by the run's
-   * remaining deadline. Sent as the gRPC deadline of the call.
-   *
-   * @generated from field: google.protobuf.Duration timeout = 3;
-   */
-  timeout?: Duration | undefined;
-
-  /**
-   * What a failed call (error status other than UNIMPLEMENTED, or a timeout)
-   * means. Unspecified means the hook's default: fail closed for
-   * before_tool_call, fail open for every other hook.
-   *
-   * @generated from field: general_agent.v1.HookFailurePolicy failure_policy = 4;
-   */
-  failurePolicy: HookFailurePolicy;
-
-  /**
-   * How much history the history-carrying event fields (`messages`,
-   * `history_messages`) carry. Unspecified means NONE (counts only).
-   *
-   * @generated from field: general_agent.v1.HookIncludeMessages include_messages = 5;
-   */
-  includeMessages: HookIncludeMessages;
-
-  /**
-   * Number of most recent messages carried when `include_messages` is
-   * LAST_N; must then be positive. Ignored otherwise.
-   *
-   * @generated from field: int32 last_n = 6;
-   */
-  lastN: number;
-};
-
-/**
- * Describes the message general_agent.v1.HookBinding.
- * Use `create(HookBindingSchema)` to create a new message.
- */
-export const HookBindingSchema: GenMessage<HookBinding> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 3);
+  fileDesc("ChtnZW5lcmFsX2FnZW50L3YxL2hvb2sucHJvdG8SEGdlbmVyYWxfYWdlbnQudjEiqgIKC0hvb2tDb250ZXh0EhIKCnNlc3Npb25faWQYASABKAkSEwoLc2Vzc2lvbl9rZXkYAiABKAkSEAoIYWdlbnRfaWQYAyABKAkSDgoGcnVuX2lkGAQgASgJEhEKCXRvb2xfbmFtZRgFIAEoCRIUCgx0b29sX2NhbGxfaWQYBiABKAkSFQoNd29ya3NwYWNlX2RpchgHIAEoCRIRCglwbHVnaW5faWQYCCABKAkSFAoMZGlzcGF0Y2hfc2VxGAkgASgEEhIKCmNoYW5uZWxfaWQYCiABKAkSEgoKYWNjb3VudF9pZBgLIAEoCRIXCg9jb252ZXJzYXRpb25faWQYDCABKAkSJgoFZXh0cmEYDSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0ImMKDEhvb2tNZXNzYWdlcxIVCg1tZXNzYWdlX2NvdW50GAEgASgFEikKCG1lc3NhZ2VzGAIgAygLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIRCgl0cnVuY2F0ZWQYAyABKAgiYgoJSG9va1VzYWdlEg0KBWlucHV0GAEgASgDEg4KBm91dHB1dBgCIAEoAxISCgpjYWNoZV9yZWFkGAMgASgDEhMKC2NhY2hlX3dyaXRlGAQgASgDEg0KBXRvdGFsGAUgASgDIikKF0JlZm9yZU1vZGVsUmVzb2x2ZUV2ZW50Eg4KBnByb21wdBgBIAEoCSKAAQoYQmVmb3JlTW9kZWxSZXNvbHZlUmVzdWx0EhsKDm1vZGVsX292ZXJyaWRlGAEgASgJSACIAQESHgoRcHJvdmlkZXJfb3ZlcnJpZGUYAiABKAlIAYgBAUIRCg9fbW9kZWxfb3ZlcnJpZGVCFAoSX3Byb3ZpZGVyX292ZXJyaWRlIloKFkJlZm9yZVByb21wdEJ1aWxkRXZlbnQSDgoGcHJvbXB0GAEgASgJEjAKCG1lc3NhZ2VzGAIgASgLMh4uZ2VuZXJhbF9hZ2VudC52MS5Ib29rTWVzc2FnZXMinwEKF0JlZm9yZVByb21wdEJ1aWxkUmVzdWx0EhoKDXN5c3RlbV9wcm9tcHQYASABKAlIAIgBARIXCg9wcmVwZW5kX2NvbnRleHQYAiABKAkSHgoWcHJlcGVuZF9zeXN0ZW1fY29udGV4dBgDIAEoCRIdChVhcHBlbmRfc3lzdGVtX2NvbnRleHQYBCABKAlCEAoOX3N5c3RlbV9wcm9tcHQiWQoVQmVmb3JlQWdlbnRTdGFydEV2ZW50Eg4KBnByb21wdBgBIAEoCRIwCghtZXNzYWdlcxgCIAEoCzIeLmdlbmVyYWxfYWdlbnQudjEuSG9va01lc3NhZ2VzIoQCChZCZWZvcmVBZ2VudFN0YXJ0UmVzdWx0EhsKDm1vZGVsX292ZXJyaWRlGAEgASgJSACIAQESHgoRcHJvdmlkZXJfb3ZlcnJpZGUYAiABKAlIAYgBARIaCg1zeXN0ZW1fcHJvbXB0GAMgASgJSAKIAQESFwoPcHJlcGVuZF9jb250ZXh0GAQgASgJEh4KFnByZXBlbmRfc3lzdGVtX2NvbnRleHQYBSABKAkSHQoVYXBwZW5kX3N5c3RlbV9jb250ZXh0GAYgASgJQhEKD19tb2RlbF9vdmVycmlkZUIUChJfcHJvdmlkZXJfb3ZlcnJpZGVCEAoOX3N5c3RlbV9wcm9tcHQiywEKDUxsbUlucHV0RXZlbnQSDgoGcnVuX2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSEAoIcHJvdmlkZXIYAyABKAkSDQoFbW9kZWwYBCABKAkSFQoNc3lzdGVtX3Byb21wdBgFIAEoCRIOCgZwcm9tcHQYBiABKAkSOAoQaGlzdG9yeV9tZXNzYWdlcxgHIAEoCzIeLmdlbmVyYWxfYWdlbnQudjEuSG9va01lc3NhZ2VzEhQKDGltYWdlc19jb3VudBgIIAEoBSJ2Cg1BZ2VudEVuZEV2ZW50EjAKCG1lc3NhZ2VzGAEgASgLMh4uZ2VuZXJhbF9hZ2VudC52MS5Ib29rTWVzc2FnZXMSDwoHc3VjY2VzcxgCIAEoCBINCgVlcnJvchgDIAEoCRITCgtkdXJhdGlvbl9tcxgEIAEoAyLLAQoOTGxtT3V0cHV0RXZlbnQSDgoGcnVuX2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSEAoIcHJvdmlkZXIYAyABKAkSDQoFbW9kZWwYBCABKAkSFwoPYXNzaXN0YW50X3RleHRzGAUgAygJEi8KDmxhc3RfYXNzaXN0YW50GAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIqCgV1c2FnZRgHIAEoCzIbLmdlbmVyYWxfYWdlbnQudjEuSG9va1VzYWdlIowBChNCZWZvcmVUb29sQ2FsbEV2ZW50EhEKCXRvb2xfbmFtZRgBIAEoCRInCgZwYXJhbXMYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhMKC3BhcmFtc19qc29uGAMgASgJEg4KBnJ1bl9pZBgEIAEoCRIUCgx0b29sX2NhbGxfaWQYBSABKAkidAoUQmVmb3JlVG9vbENhbGxSZXN1bHQSLAoGcGFyYW1zGAEgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEgAiAEBEg0KBWJsb2NrGAIgASgIEhQKDGJsb2NrX3JlYXNvbhgDIAEoCUIJCgdfcGFyYW1zItgBChJBZnRlclRvb2xDYWxsRXZlbnQSEQoJdG9vbF9uYW1lGAEgASgJEicKBnBhcmFtcxgCIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEwoLcGFyYW1zX2pzb24YAyABKAkSDgoGcnVuX2lkGAQgASgJEhQKDHRvb2xfY2FsbF9pZBgFIAEoCRInCgZyZXN1bHQYBiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg0KBWVycm9yGAcgASgJEhMKC2R1cmF0aW9uX21zGAggASgDImsKFlRvb2xSZXN1bHRQZXJzaXN0RXZlbnQSEQoJdG9vbF9uYW1lGAEgASgJEhQKDHRvb2xfY2FsbF9pZBgCIAEoCRIoCgdtZXNzYWdlGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCJUChdUb29sUmVzdWx0UGVyc2lzdFJlc3VsdBItCgdtZXNzYWdlGAEgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEgAiAEBQgoKCF9tZXNzYWdlIlgKF0JlZm9yZU1lc3NhZ2VXcml0ZUV2ZW50EigKB21lc3NhZ2UYASABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhMKC3Nlc3Npb25fa2V5GAIgASgJImQKGEJlZm9yZU1lc3NhZ2VXcml0ZVJlc3VsdBINCgVibG9jaxgBIAEoCBItCgdtZXNzYWdlGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEgAiAEBQgoKCF9tZXNzYWdlIlIKEVNlc3Npb25TdGFydEV2ZW50EhIKCnNlc3Npb25faWQYASABKAkSEwoLc2Vzc2lvbl9rZXkYAiABKAkSFAoMcmVzdW1lZF9mcm9tGAMgASgJImYKD1Nlc3Npb25FbmRFdmVudBISCgpzZXNzaW9uX2lkGAEgASgJEhMKC3Nlc3Npb25fa2V5GAIgASgJEhUKDW1lc3NhZ2VfY291bnQYAyABKAUSEwoLZHVyYXRpb25fbXMYBCABKAMipQEKFUJlZm9yZUNvbXBhY3Rpb25FdmVudBIVCg1tZXNzYWdlX2NvdW50GAEgASgFEhgKEGNvbXBhY3RpbmdfY291bnQYAiABKAUSEwoLdG9rZW5fY291bnQYAyABKAMSMAoIbWVzc2FnZXMYBCABKAsyHi5nZW5lcmFsX2FnZW50LnYxLkhvb2tNZXNzYWdlcxIUCgxzZXNzaW9uX2ZpbGUYBSABKAkicQoUQWZ0ZXJDb21wYWN0aW9uRXZlbnQSFQoNbWVzc2FnZV9jb3VudBgBIAEoBRITCgt0b2tlbl9jb3VudBgCIAEoAxIXCg9jb21wYWN0ZWRfY291bnQYAyABKAUSFAoMc2Vzc2lvbl9maWxlGAQgASgJImoKEEJlZm9yZVJlc2V0RXZlbnQSFAoMc2Vzc2lvbl9maWxlGAEgASgJEjAKCG1lc3NhZ2VzGAIgASgLMh4uZ2VuZXJhbF9hZ2VudC52MS5Ib29rTWVzc2FnZXMSDgoGcmVhc29uGAMgASgJInsKFVN1YmFnZW50U3Bhd25pbmdFdmVudBIZChFjaGlsZF9zZXNzaW9uX2tleRgBIAEoCRIQCghhZ2VudF9pZBgCIAEoCRINCgVsYWJlbBgDIAEoCRIMCgRtb2RlGAQgASgJEhgKEHRocmVhZF9yZXF1ZXN0ZWQYBSABKAgifwoWU3ViYWdlbnRTcGF3bmluZ1Jlc3VsdBI4CgZzdGF0dXMYASABKA4yKC5nZW5lcmFsX2FnZW50LnYxLlN1YmFnZW50U3Bhd25pbmdTdGF0dXMSHAoUdGhyZWFkX2JpbmRpbmdfcmVhZHkYAiABKAgSDQoFZXJyb3IYAyABKAkiewobU3ViYWdlbnREZWxpdmVyeVRhcmdldEV2ZW50EhkKEWNoaWxkX3Nlc3Npb25fa2V5GAEgASgJEh0KFXJlcXVlc3Rlcl9zZXNzaW9uX2tleRgCIAEoCRIiChpleHBlY3RzX2NvbXBsZXRpb25fbWVzc2FnZRgDIAEoCCJHChxTdWJhZ2VudERlbGl2ZXJ5VGFyZ2V0UmVzdWx0EicKBm9yaWdpbhgBIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiigEKFFN1YmFnZW50U3Bhd25lZEV2ZW50EhkKEWNoaWxkX3Nlc3Npb25fa2V5GAEgASgJEhAKCGFnZW50X2lkGAIgASgJEg0KBWxhYmVsGAMgASgJEgwKBG1vZGUYBCABKAkSGAoQdGhyZWFkX3JlcXVlc3RlZBgFIAEoCBIOCgZydW5faWQYBiABKAkipAEKElN1YmFnZW50RW5kZWRFdmVudBIaChJ0YXJnZXRfc2Vzc2lvbl9rZXkYASABKAkSEwoLdGFyZ2V0X2tpbmQYAiABKAkSDgoGcmVhc29uGAMgASgJEg8KB291dGNvbWUYBCABKAkSDgoGcnVuX2lkGAUgASgJEiwKCGVuZGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLDBAoRSW5ib3VuZENsYWltRXZlbnQSDwoHY29udGVudBgBIAEoCRIMCgRib2R5GAIgASgJEhYKDmJvZHlfZm9yX2FnZW50GAMgASgJEhIKCnRyYW5zY3JpcHQYBCABKAkSLQoJdGltZXN0YW1wGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdjaGFubmVsGAYgASgJEhIKCmFjY291bnRfaWQYByABKAkSFwoPY29udmVyc2F0aW9uX2lkGAggASgJEh4KFnBhcmVudF9jb252ZXJzYXRpb25faWQYCSABKAkSEQoJdGhyZWFkX2lkGAogASgJEhIKCm1lc3NhZ2VfaWQYCyABKAkSEQoJc2VuZGVyX2lkGAwgASgJEhMKC3NlbmRlcl9uYW1lGA0gASgJEhcKD3NlbmRlcl91c2VybmFtZRgOIAEoCRIUCgxzZW5kZXJfZ3JvdXAYDyABKAkSEwoLcmVwbHlfdG9faWQYECABKAkSFQoNcmVwbHlfdG9fYm9keRgRIAEoCRIXCg9yZXBseV90b19zZW5kZXIYEiABKAkSEwoLc2Vzc2lvbl9rZXkYEyABKAkSDgoGcnVuX2lkGBQgASgJEhAKCGlzX2dyb3VwGBUgASgIEhoKEmNvbW1hbmRfYXV0aG9yaXplZBgWIAEoCBIVCg13YXNfbWVudGlvbmVkGBcgASgIEikKCG1ldGFkYXRhGBggASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCIzChJJbmJvdW5kQ2xhaW1SZXN1bHQSDwoHaGFuZGxlZBgBIAEoCBIMCgR0ZXh0GAIgASgJIq4BChNCZWZvcmVEaXNwYXRjaEV2ZW50Eg8KB2NvbnRlbnQYASABKAkSDAoEYm9keRgCIAEoCRIPCgdjaGFubmVsGAMgASgJEhMKC3Nlc3Npb25fa2V5GAQgASgJEhEKCXNlbmRlcl9pZBgFIAEoCRIQCghpc19ncm91cBgGIAEoCBItCgl0aW1lc3RhbXAYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjUKFEJlZm9yZURpc3BhdGNoUmVzdWx0Eg8KB2hhbmRsZWQYASABKAgSDAoEdGV4dBgCIAEoCSKPAQoUTWVzc2FnZVJlY2VpdmVkRXZlbnQSDAoEZnJvbRgBIAEoCRIPCgdjb250ZW50GAIgASgJEi0KCXRpbWVzdGFtcBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Il0KE01lc3NhZ2VTZW5kaW5nRXZlbnQSCgoCdG8YASABKAkSDwoHY29udGVudBgCIAEoCRIpCghtZXRhZGF0YRgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiSAoUTWVzc2FnZVNlbmRpbmdSZXN1bHQSFAoHY29udGVudBgBIAEoCUgAiAEBEg4KBmNhbmNlbBgCIAEoCEIKCghfY29udGVudCJPChBNZXNzYWdlU2VudEV2ZW50EgoKAnRvGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSDwoHc3VjY2VzcxgDIAEoCBINCgVlcnJvchgEIAEoCSIhChFHYXRld2F5U3RhcnRFdmVudBIMCgRwb3J0GAEgASgFIiIKEEdhdGV3YXlTdG9wRXZlbnQSDgoGcmVhc29uGAEgASgJKocBChZTdWJhZ2VudFNwYXduaW5nU3RhdHVzEigKJFNVQkFHRU5UX1NQQVdOSU5HX1NUQVRVU19VTlNQRUNJRklFRBAAEh8KG1NVQkFHRU5UX1NQQVdOSU5HX1NUQVRVU19PSxABEiIKHlNVQkFHRU5UX1NQQVdOSU5HX1NUQVRVU19FUlJPUhACQtYBChRjb20uZ2VuZXJhbF9hZ2VudC52MUIJSG9va1Byb3RvUAFaVmdpdGh1Yi5jb20vZ2VuZXJhbC1hZ2VudC9nZW5lcmFsLWFnZW50L2NsaWVudHMvZ28vZ2VuL2dlbmVyYWxfYWdlbnQvdjE7Z2VuZXJhbF9hZ2VudHYxogIDR1hYqgIPR2VuZXJhbEFnZW50LlYxygIPR2VuZXJhbEFnZW50XFYx4gIbR2VuZXJhbEFnZW50XFYxXEdQQk1ldGFkYXRh6gIQR2VuZXJhbEFnZW50OjpWMWIGcHJvdG8z", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Context sent with every hook call. Fields that do not apply to a hook are
@@ -339,7 +129,7 @@ export type HookContext = Message<"general_agent.v1.HookContext"> & {
  * Use `create(HookContextSchema)` to create a new message.
  */
 export const HookContextSchema: GenMessage<HookContext> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 4);
+  messageDesc(file_general_agent_v1_hook, 0);
 
 /**
  * A history-carrying field (`messages`, `history_messages`), shaped by the
@@ -384,7 +174,7 @@ export type HookMessages = Message<"general_agent.v1.HookMessages"> & {
  * Use `create(HookMessagesSchema)` to create a new message.
  */
 export const HookMessagesSchema: GenMessage<HookMessages> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 5);
+  messageDesc(file_general_agent_v1_hook, 1);
 
 /**
  * Token usage as reported by `llm_output`.
@@ -433,7 +223,7 @@ export type HookUsage = Message<"general_agent.v1.HookUsage"> & {
  * Use `create(HookUsageSchema)` to create a new message.
  */
 export const HookUsageSchema: GenMessage<HookUsage> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 6);
+  messageDesc(file_general_agent_v1_hook, 2);
 
 /**
  * before_model_resolve: the first pre-run hook of every run.
@@ -454,7 +244,7 @@ export type BeforeModelResolveEvent = Message<"general_agent.v1.BeforeModelResol
  * Use `create(BeforeModelResolveEventSchema)` to create a new message.
  */
 export const BeforeModelResolveEventSchema: GenMessage<BeforeModelResolveEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 7);
+  messageDesc(file_general_agent_v1_hook, 3);
 
 /**
  * before_model_resolve result.
@@ -484,7 +274,7 @@ export type BeforeModelResolveResult = Message<"general_agent.v1.BeforeModelReso
  * Use `create(BeforeModelResolveResultSchema)` to create a new message.
  */
 export const BeforeModelResolveResultSchema: GenMessage<BeforeModelResolveResult> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 8);
+  messageDesc(file_general_agent_v1_hook, 4);
 
 /**
  * before_prompt_build: the third pre-run hook, after history is loaded.
@@ -512,7 +302,7 @@ export type BeforePromptBuildEvent = Message<"general_agent.v1.BeforePromptBuild
  * Use `create(BeforePromptBuildEventSchema)` to create a new message.
  */
 export const BeforePromptBuildEventSchema: GenMessage<BeforePromptBuildEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 9);
+  messageDesc(file_general_agent_v1_hook, 5);
 
 /**
  * before_prompt_build result.
@@ -558,7 +348,7 @@ export type BeforePromptBuildResult = Message<"general_agent.v1.BeforePromptBuil
  * Use `create(BeforePromptBuildResultSchema)` to create a new message.
  */
 export const BeforePromptBuildResultSchema: GenMessage<BeforePromptBuildResult> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 10);
+  messageDesc(file_general_agent_v1_hook, 6);
 
 /**
  * before_agent_start (legacy): the second pre-run hook, fired once per run.
@@ -586,7 +376,7 @@ export type BeforeAgentStartEvent = Message<"general_agent.v1.BeforeAgentStartEv
  * Use `create(BeforeAgentStartEventSchema)` to create a new message.
  */
 export const BeforeAgentStartEventSchema: GenMessage<BeforeAgentStartEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 11);
+  messageDesc(file_general_agent_v1_hook, 7);
 
 /**
  * before_agent_start result: the union of the before_model_resolve and
@@ -643,7 +433,7 @@ export type BeforeAgentStartResult = Message<"general_agent.v1.BeforeAgentStartR
  * Use `create(BeforeAgentStartResultSchema)` to create a new message.
  */
 export const BeforeAgentStartResultSchema: GenMessage<BeforeAgentStartResult> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 12);
+  messageDesc(file_general_agent_v1_hook, 8);
 
 /**
  * llm_input: once per run, just before the first model call (not per model
@@ -715,7 +505,7 @@ export type LlmInputEvent = Message<"general_agent.v1.LlmInputEvent"> & {
  * Use `create(LlmInputEventSchema)` to create a new message.
  */
 export const LlmInputEventSchema: GenMessage<LlmInputEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 13);
+  messageDesc(file_general_agent_v1_hook, 9);
 
 /**
  * agent_end: when a run ends, dispatched after its `run_finished`. Void.
@@ -759,7 +549,7 @@ export type AgentEndEvent = Message<"general_agent.v1.AgentEndEvent"> & {
  * Use `create(AgentEndEventSchema)` to create a new message.
  */
 export const AgentEndEventSchema: GenMessage<AgentEndEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 14);
+  messageDesc(file_general_agent_v1_hook, 10);
 
 /**
  * llm_output: right after agent_end. Void.
@@ -823,7 +613,7 @@ export type LlmOutputEvent = Message<"general_agent.v1.LlmOutputEvent"> & {
  * Use `create(LlmOutputEventSchema)` to create a new message.
  */
 export const LlmOutputEventSchema: GenMessage<LlmOutputEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 15);
+  messageDesc(file_general_agent_v1_hook, 11);
 
 /**
  * before_tool_call: before every tool execution (built-in, hosted, MCP,
@@ -874,7 +664,7 @@ export type BeforeToolCallEvent = Message<"general_agent.v1.BeforeToolCallEvent"
  * Use `create(BeforeToolCallEventSchema)` to create a new message.
  */
 export const BeforeToolCallEventSchema: GenMessage<BeforeToolCallEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 16);
+  messageDesc(file_general_agent_v1_hook, 12);
 
 /**
  * before_tool_call result.
@@ -912,7 +702,7 @@ export type BeforeToolCallResult = Message<"general_agent.v1.BeforeToolCallResul
  * Use `create(BeforeToolCallResultSchema)` to create a new message.
  */
 export const BeforeToolCallResultSchema: GenMessage<BeforeToolCallResult> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 17);
+  messageDesc(file_general_agent_v1_hook, 13);
 
 /**
  * after_tool_call: after every tool outcome (including blocked, unknown and
@@ -983,7 +773,7 @@ export type AfterToolCallEvent = Message<"general_agent.v1.AfterToolCallEvent"> 
  * Use `create(AfterToolCallEventSchema)` to create a new message.
  */
 export const AfterToolCallEventSchema: GenMessage<AfterToolCallEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 18);
+  messageDesc(file_general_agent_v1_hook, 14);
 
 /**
  * tool_result_persist: on the transcript write path, before each tool result
@@ -1021,7 +811,7 @@ export type ToolResultPersistEvent = Message<"general_agent.v1.ToolResultPersist
  * Use `create(ToolResultPersistEventSchema)` to create a new message.
  */
 export const ToolResultPersistEventSchema: GenMessage<ToolResultPersistEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 19);
+  messageDesc(file_general_agent_v1_hook, 15);
 
 /**
  * tool_result_persist result.
@@ -1042,7 +832,7 @@ export type ToolResultPersistResult = Message<"general_agent.v1.ToolResultPersis
  * Use `create(ToolResultPersistResultSchema)` to create a new message.
  */
 export const ToolResultPersistResultSchema: GenMessage<ToolResultPersistResult> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 20);
+  messageDesc(file_general_agent_v1_hook, 16);
 
 /**
  * before_message_write: on the transcript write path, before every
@@ -1073,7 +863,7 @@ export type BeforeMessageWriteEvent = Message<"general_agent.v1.BeforeMessageWri
  * Use `create(BeforeMessageWriteEventSchema)` to create a new message.
  */
 export const BeforeMessageWriteEventSchema: GenMessage<BeforeMessageWriteEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 21);
+  messageDesc(file_general_agent_v1_hook, 17);
 
 /**
  * before_message_write result.
@@ -1102,7 +892,7 @@ export type BeforeMessageWriteResult = Message<"general_agent.v1.BeforeMessageWr
  * Use `create(BeforeMessageWriteResultSchema)` to create a new message.
  */
 export const BeforeMessageWriteResultSchema: GenMessage<BeforeMessageWriteResult> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 22);
+  messageDesc(file_general_agent_v1_hook, 18);
 
 /**
  * session_start: at the first turn a session serves. Void.
@@ -1138,7 +928,7 @@ export type SessionStartEvent = Message<"general_agent.v1.SessionStartEvent"> & 
  * Use `create(SessionStartEventSchema)` to create a new message.
  */
 export const SessionStartEventSchema: GenMessage<SessionStartEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 23);
+  messageDesc(file_general_agent_v1_hook, 19);
 
 /**
  * session_end: when a session is deleted, at shutdown for sessions that saw
@@ -1181,7 +971,7 @@ export type SessionEndEvent = Message<"general_agent.v1.SessionEndEvent"> & {
  * Use `create(SessionEndEventSchema)` to create a new message.
  */
 export const SessionEndEventSchema: GenMessage<SessionEndEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 24);
+  messageDesc(file_general_agent_v1_hook, 20);
 
 /**
  * before_compaction: when a compaction of at least one message starts. Void.
@@ -1230,7 +1020,7 @@ export type BeforeCompactionEvent = Message<"general_agent.v1.BeforeCompactionEv
  * Use `create(BeforeCompactionEventSchema)` to create a new message.
  */
 export const BeforeCompactionEventSchema: GenMessage<BeforeCompactionEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 25);
+  messageDesc(file_general_agent_v1_hook, 21);
 
 /**
  * after_compaction: when a compaction finished. Void.
@@ -1272,7 +1062,7 @@ export type AfterCompactionEvent = Message<"general_agent.v1.AfterCompactionEven
  * Use `create(AfterCompactionEventSchema)` to create a new message.
  */
 export const AfterCompactionEventSchema: GenMessage<AfterCompactionEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 26);
+  messageDesc(file_general_agent_v1_hook, 22);
 
 /**
  * before_reset: on ResetSession, before history is cleared. Void.
@@ -1307,7 +1097,7 @@ export type BeforeResetEvent = Message<"general_agent.v1.BeforeResetEvent"> & {
  * Use `create(BeforeResetEventSchema)` to create a new message.
  */
 export const BeforeResetEventSchema: GenMessage<BeforeResetEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 27);
+  messageDesc(file_general_agent_v1_hook, 23);
 
 /**
  * subagent_spawning: in the `subagents` tool, before the child session is
@@ -1357,7 +1147,7 @@ export type SubagentSpawningEvent = Message<"general_agent.v1.SubagentSpawningEv
  * Use `create(SubagentSpawningEventSchema)` to create a new message.
  */
 export const SubagentSpawningEventSchema: GenMessage<SubagentSpawningEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 28);
+  messageDesc(file_general_agent_v1_hook, 24);
 
 /**
  * subagent_spawning result.
@@ -1393,7 +1183,7 @@ export type SubagentSpawningResult = Message<"general_agent.v1.SubagentSpawningR
  * Use `create(SubagentSpawningResultSchema)` to create a new message.
  */
 export const SubagentSpawningResultSchema: GenMessage<SubagentSpawningResult> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 29);
+  messageDesc(file_general_agent_v1_hook, 25);
 
 /**
  * subagent_delivery_target: when a subagent finishes and its completion needs
@@ -1429,7 +1219,7 @@ export type SubagentDeliveryTargetEvent = Message<"general_agent.v1.SubagentDeli
  * Use `create(SubagentDeliveryTargetEventSchema)` to create a new message.
  */
 export const SubagentDeliveryTargetEventSchema: GenMessage<SubagentDeliveryTargetEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 30);
+  messageDesc(file_general_agent_v1_hook, 26);
 
 /**
  * subagent_delivery_target result.
@@ -1451,7 +1241,7 @@ export type SubagentDeliveryTargetResult = Message<"general_agent.v1.SubagentDel
  * Use `create(SubagentDeliveryTargetResultSchema)` to create a new message.
  */
 export const SubagentDeliveryTargetResultSchema: GenMessage<SubagentDeliveryTargetResult> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 31);
+  messageDesc(file_general_agent_v1_hook, 27);
 
 /**
  * subagent_spawned: after the child run is registered and started. Void.
@@ -1507,7 +1297,7 @@ export type SubagentSpawnedEvent = Message<"general_agent.v1.SubagentSpawnedEven
  * Use `create(SubagentSpawnedEventSchema)` to create a new message.
  */
 export const SubagentSpawnedEventSchema: GenMessage<SubagentSpawnedEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 32);
+  messageDesc(file_general_agent_v1_hook, 28);
 
 /**
  * subagent_ended: when a subagent run ends. Void.
@@ -1563,7 +1353,7 @@ export type SubagentEndedEvent = Message<"general_agent.v1.SubagentEndedEvent"> 
  * Use `create(SubagentEndedEventSchema)` to create a new message.
  */
 export const SubagentEndedEventSchema: GenMessage<SubagentEndedEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 33);
+  messageDesc(file_general_agent_v1_hook, 29);
 
 /**
  * inbound_claim: a host asks whether a plugin claims an inbound channel
@@ -1746,7 +1536,7 @@ export type InboundClaimEvent = Message<"general_agent.v1.InboundClaimEvent"> & 
  * Use `create(InboundClaimEventSchema)` to create a new message.
  */
 export const InboundClaimEventSchema: GenMessage<InboundClaimEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 34);
+  messageDesc(file_general_agent_v1_hook, 30);
 
 /**
  * inbound_claim result.
@@ -1774,7 +1564,7 @@ export type InboundClaimResult = Message<"general_agent.v1.InboundClaimResult"> 
  * Use `create(InboundClaimResultSchema)` to create a new message.
  */
 export const InboundClaimResultSchema: GenMessage<InboundClaimResult> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 35);
+  messageDesc(file_general_agent_v1_hook, 31);
 
 /**
  * before_dispatch: a host asks, before any agent work, whether a plugin
@@ -1838,7 +1628,7 @@ export type BeforeDispatchEvent = Message<"general_agent.v1.BeforeDispatchEvent"
  * Use `create(BeforeDispatchEventSchema)` to create a new message.
  */
 export const BeforeDispatchEventSchema: GenMessage<BeforeDispatchEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 36);
+  messageDesc(file_general_agent_v1_hook, 32);
 
 /**
  * before_dispatch result.
@@ -1866,7 +1656,7 @@ export type BeforeDispatchResult = Message<"general_agent.v1.BeforeDispatchResul
  * Use `create(BeforeDispatchResultSchema)` to create a new message.
  */
 export const BeforeDispatchResultSchema: GenMessage<BeforeDispatchResult> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 37);
+  messageDesc(file_general_agent_v1_hook, 33);
 
 /**
  * message_received: a host reports an inbound message. Observe-only. Void.
@@ -1908,7 +1698,7 @@ export type MessageReceivedEvent = Message<"general_agent.v1.MessageReceivedEven
  * Use `create(MessageReceivedEventSchema)` to create a new message.
  */
 export const MessageReceivedEventSchema: GenMessage<MessageReceivedEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 38);
+  messageDesc(file_general_agent_v1_hook, 34);
 
 /**
  * message_sending: a host asks before sending an outbound message.
@@ -1943,7 +1733,7 @@ export type MessageSendingEvent = Message<"general_agent.v1.MessageSendingEvent"
  * Use `create(MessageSendingEventSchema)` to create a new message.
  */
 export const MessageSendingEventSchema: GenMessage<MessageSendingEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 39);
+  messageDesc(file_general_agent_v1_hook, 35);
 
 /**
  * message_sending result.
@@ -1972,7 +1762,7 @@ export type MessageSendingResult = Message<"general_agent.v1.MessageSendingResul
  * Use `create(MessageSendingResultSchema)` to create a new message.
  */
 export const MessageSendingResultSchema: GenMessage<MessageSendingResult> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 40);
+  messageDesc(file_general_agent_v1_hook, 36);
 
 /**
  * message_sent: a host reports a delivery attempt. Void.
@@ -2014,7 +1804,7 @@ export type MessageSentEvent = Message<"general_agent.v1.MessageSentEvent"> & {
  * Use `create(MessageSentEventSchema)` to create a new message.
  */
 export const MessageSentEventSchema: GenMessage<MessageSentEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 41);
+  messageDesc(file_general_agent_v1_hook, 37);
 
 /**
  * gateway_start: after the server (or a host gateway) is listening. Void.
@@ -2035,7 +1825,7 @@ export type GatewayStartEvent = Message<"general_agent.v1.GatewayStartEvent"> & 
  * Use `create(GatewayStartEventSchema)` to create a new message.
  */
 export const GatewayStartEventSchema: GenMessage<GatewayStartEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 42);
+  messageDesc(file_general_agent_v1_hook, 38);
 
 /**
  * gateway_stop: when the server (or a host gateway) shuts down. Void.
@@ -2056,296 +1846,7 @@ export type GatewayStopEvent = Message<"general_agent.v1.GatewayStopEvent"> & {
  * Use `create(GatewayStopEventSchema)` to create a new message.
  */
 export const GatewayStopEventSchema: GenMessage<GatewayStopEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_hook, 43);
-
-/**
- * The 26 hooks. The wire hook name (used by EmitHook, config files and logs,
- * e.g. "before_tool_call") is the value name without the `HOOK_NAME_` prefix,
- * lower-cased.
- *
- * @generated from enum general_agent.v1.HookName
- */
-export enum HookName {
-  /**
-   * Invalid.
-   *
-   * @generated from enum value: HOOK_NAME_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * "before_model_resolve": may override model/provider for the run.
-   *
-   * @generated from enum value: HOOK_NAME_BEFORE_MODEL_RESOLVE = 1;
-   */
-  BEFORE_MODEL_RESOLVE = 1,
-
-  /**
-   * "before_prompt_build": may replace/extend the system prompt and prepend
-   * context to the user prompt.
-   *
-   * @generated from enum value: HOOK_NAME_BEFORE_PROMPT_BUILD = 2;
-   */
-  BEFORE_PROMPT_BUILD = 2,
-
-  /**
-   * "before_agent_start": legacy union of the two above.
-   *
-   * @generated from enum value: HOOK_NAME_BEFORE_AGENT_START = 3;
-   */
-  BEFORE_AGENT_START = 3,
-
-  /**
-   * "llm_input": observes the assembled model input. Void.
-   *
-   * @generated from enum value: HOOK_NAME_LLM_INPUT = 4;
-   */
-  LLM_INPUT = 4,
-
-  /**
-   * "llm_output": observes the run's assistant output and usage. Void.
-   *
-   * @generated from enum value: HOOK_NAME_LLM_OUTPUT = 5;
-   */
-  LLM_OUTPUT = 5,
-
-  /**
-   * "agent_end": observes the end of a run. Void.
-   *
-   * @generated from enum value: HOOK_NAME_AGENT_END = 6;
-   */
-  AGENT_END = 6,
-
-  /**
-   * "before_tool_call": may rewrite or block a tool call.
-   *
-   * @generated from enum value: HOOK_NAME_BEFORE_TOOL_CALL = 7;
-   */
-  BEFORE_TOOL_CALL = 7,
-
-  /**
-   * "after_tool_call": observes a tool outcome. Void.
-   *
-   * @generated from enum value: HOOK_NAME_AFTER_TOOL_CALL = 8;
-   */
-  AFTER_TOOL_CALL = 8,
-
-  /**
-   * "tool_result_persist": may transform a tool result transcript entry.
-   *
-   * @generated from enum value: HOOK_NAME_TOOL_RESULT_PERSIST = 9;
-   */
-  TOOL_RESULT_PERSIST = 9,
-
-  /**
-   * "before_message_write": may replace or skip a transcript entry.
-   *
-   * @generated from enum value: HOOK_NAME_BEFORE_MESSAGE_WRITE = 10;
-   */
-  BEFORE_MESSAGE_WRITE = 10,
-
-  /**
-   * "session_start": observes a session's first turn. Void.
-   *
-   * @generated from enum value: HOOK_NAME_SESSION_START = 11;
-   */
-  SESSION_START = 11,
-
-  /**
-   * "session_end": observes a session's end. Void.
-   *
-   * @generated from enum value: HOOK_NAME_SESSION_END = 12;
-   */
-  SESSION_END = 12,
-
-  /**
-   * "before_compaction": observes the start of a compaction. Void.
-   *
-   * @generated from enum value: HOOK_NAME_BEFORE_COMPACTION = 13;
-   */
-  BEFORE_COMPACTION = 13,
-
-  /**
-   * "after_compaction": observes the end of a compaction. Void.
-   *
-   * @generated from enum value: HOOK_NAME_AFTER_COMPACTION = 14;
-   */
-  AFTER_COMPACTION = 14,
-
-  /**
-   * "before_reset": observes a reset before history is cleared. Void.
-   *
-   * @generated from enum value: HOOK_NAME_BEFORE_RESET = 15;
-   */
-  BEFORE_RESET = 15,
-
-  /**
-   * "subagent_spawning": may refuse a subagent spawn.
-   *
-   * @generated from enum value: HOOK_NAME_SUBAGENT_SPAWNING = 16;
-   */
-  SUBAGENT_SPAWNING = 16,
-
-  /**
-   * "subagent_delivery_target": may choose where a subagent's completion goes.
-   *
-   * @generated from enum value: HOOK_NAME_SUBAGENT_DELIVERY_TARGET = 17;
-   */
-  SUBAGENT_DELIVERY_TARGET = 17,
-
-  /**
-   * "subagent_spawned": observes a started subagent. Void.
-   *
-   * @generated from enum value: HOOK_NAME_SUBAGENT_SPAWNED = 18;
-   */
-  SUBAGENT_SPAWNED = 18,
-
-  /**
-   * "subagent_ended": observes a finished subagent. Void.
-   *
-   * @generated from enum value: HOOK_NAME_SUBAGENT_ENDED = 19;
-   */
-  SUBAGENT_ENDED = 19,
-
-  /**
-   * "inbound_claim": host-bridged; may claim an inbound message.
-   *
-   * @generated from enum value: HOOK_NAME_INBOUND_CLAIM = 20;
-   */
-  INBOUND_CLAIM = 20,
-
-  /**
-   * "before_dispatch": host-bridged; may handle an inbound message instead of
-   * the agent.
-   *
-   * @generated from enum value: HOOK_NAME_BEFORE_DISPATCH = 21;
-   */
-  BEFORE_DISPATCH = 21,
-
-  /**
-   * "message_received": host-bridged; observes an inbound message. Void.
-   *
-   * @generated from enum value: HOOK_NAME_MESSAGE_RECEIVED = 22;
-   */
-  MESSAGE_RECEIVED = 22,
-
-  /**
-   * "message_sending": host-bridged; may rewrite or cancel an outbound
-   * message.
-   *
-   * @generated from enum value: HOOK_NAME_MESSAGE_SENDING = 23;
-   */
-  MESSAGE_SENDING = 23,
-
-  /**
-   * "message_sent": host-bridged; observes a delivery attempt. Void.
-   *
-   * @generated from enum value: HOOK_NAME_MESSAGE_SENT = 24;
-   */
-  MESSAGE_SENT = 24,
-
-  /**
-   * "gateway_start": observes server start-up. Void.
-   *
-   * @generated from enum value: HOOK_NAME_GATEWAY_START = 25;
-   */
-  GATEWAY_START = 25,
-
-  /**
-   * "gateway_stop": observes server shutdown. Void.
-   *
-   * @generated from enum value: HOOK_NAME_GATEWAY_STOP = 26;
-   */
-  GATEWAY_STOP = 26,
-}
-
-/**
- * Describes the enum general_agent.v1.HookName.
- */
-export const HookNameSchema: GenEnum<HookName> = /*@__PURE__*/
-  enumDesc(file_general_agent_v1_hook, 0);
-
-/**
- * What a failed hook call (an error status other than UNIMPLEMENTED, or a
- * timeout) means. The effect of failing closed depends on the hook:
- * before_tool_call blocks the call; message_sending cancels the send;
- * claiming hooks count as handled without text; model and prompt hooks fail
- * the run (`HOOK_FAILED`); subagent_spawning refuses the spawn; write-path
- * hooks skip the write; void hooks ignore it.
- *
- * @generated from enum general_agent.v1.HookFailurePolicy
- */
-export enum HookFailurePolicy {
-  /**
-   * The hook's default: FAIL_CLOSED for before_tool_call, FAIL_OPEN for every
-   * other hook.
-   *
-   * @generated from enum value: HOOK_FAILURE_POLICY_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * Log the failure and treat the call as "no result".
-   *
-   * @generated from enum value: HOOK_FAILURE_POLICY_FAIL_OPEN = 1;
-   */
-  FAIL_OPEN = 1,
-
-  /**
-   * Treat the failure as the hook's most restrictive outcome (see above).
-   *
-   * @generated from enum value: HOOK_FAILURE_POLICY_FAIL_CLOSED = 2;
-   */
-  FAIL_CLOSED = 2,
-}
-
-/**
- * Describes the enum general_agent.v1.HookFailurePolicy.
- */
-export const HookFailurePolicySchema: GenEnum<HookFailurePolicy> = /*@__PURE__*/
-  enumDesc(file_general_agent_v1_hook, 1);
-
-/**
- * How much history the history-carrying event fields carry (see
- * HookMessages).
- *
- * @generated from enum general_agent.v1.HookIncludeMessages
- */
-export enum HookIncludeMessages {
-  /**
-   * Same as NONE (the default for remote handlers).
-   *
-   * @generated from enum value: HOOK_INCLUDE_MESSAGES_UNSPECIFIED = 0;
-   */
-  UNSPECIFIED = 0,
-
-  /**
-   * Counts only: `message_count` is set, `messages` is empty.
-   *
-   * @generated from enum value: HOOK_INCLUDE_MESSAGES_NONE = 1;
-   */
-  NONE = 1,
-
-  /**
-   * The last `HookBinding.last_n` messages.
-   *
-   * @generated from enum value: HOOK_INCLUDE_MESSAGES_LAST_N = 2;
-   */
-  LAST_N = 2,
-
-  /**
-   * Every message (still subject to `max_payload_bytes`).
-   *
-   * @generated from enum value: HOOK_INCLUDE_MESSAGES_ALL = 3;
-   */
-  ALL = 3,
-}
-
-/**
- * Describes the enum general_agent.v1.HookIncludeMessages.
- */
-export const HookIncludeMessagesSchema: GenEnum<HookIncludeMessages> = /*@__PURE__*/
-  enumDesc(file_general_agent_v1_hook, 2);
+  messageDesc(file_general_agent_v1_hook, 39);
 
 /**
  * Outcome of a subagent_spawning handler.
@@ -2379,5 +1880,5 @@ export enum SubagentSpawningStatus {
  * Describes the enum general_agent.v1.SubagentSpawningStatus.
  */
 export const SubagentSpawningStatusSchema: GenEnum<SubagentSpawningStatus> = /*@__PURE__*/
-  enumDesc(file_general_agent_v1_hook, 3);
+  enumDesc(file_general_agent_v1_hook, 0);
 

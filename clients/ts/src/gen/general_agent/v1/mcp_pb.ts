@@ -4,13 +4,14 @@
 
 import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import { file_google_api_field_behavior } from "../../google/api/field_behavior_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file general_agent/v1/mcp.proto.
  */
 export const file_general_agent_v1_mcp: GenFile = /*@__PURE__*/
-  fileDesc("ChpnZW5lcmFsX2FnZW50L3YxL21jcC5wcm90bxIQZ2VuZXJhbF9hZ2VudC52MSKCAQoPTWNwU2VydmVyQ29uZmlnEjEKBXN0ZGlvGAEgASgLMiAuZ2VuZXJhbF9hZ2VudC52MS5NY3BTdGRpb1NlcnZlckgAEi8KBGh0dHAYAiABKAsyHy5nZW5lcmFsX2FnZW50LnYxLk1jcEh0dHBTZXJ2ZXJIAEILCgl0cmFuc3BvcnQipQEKDk1jcFN0ZGlvU2VydmVyEg8KB2NvbW1hbmQYASABKAkSDAoEYXJncxgCIAMoCRI7CgNlbnYYAyADKAsyKS5nZW5lcmFsX2FnZW50LnYxLk1jcFN0ZGlvU2VydmVyLkVudkVudHJ5QgOAAQESCwoDY3dkGAQgASgJGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEikAEKDU1jcEh0dHBTZXJ2ZXISCwoDdXJsGAEgASgJEkIKB2hlYWRlcnMYAiADKAsyLC5nZW5lcmFsX2FnZW50LnYxLk1jcEh0dHBTZXJ2ZXIuSGVhZGVyc0VudHJ5QgOAAQEaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi0QEKD01jcFNlcnZlclN0YXR1cxITCgtzZXJ2ZXJfbmFtZRgBIAEoCRIxCgl0cmFuc3BvcnQYAiABKA4yHi5nZW5lcmFsX2FnZW50LnYxLk1jcFRyYW5zcG9ydBIPCgdlbmFibGVkGAMgASgIEhEKCXN1cHBvcnRlZBgEIAEoCBIvCgVzdGF0ZRgFIAEoDjIgLmdlbmVyYWxfYWdlbnQudjEuTWNwU2VydmVyU3RhdGUSEgoKdG9vbF9jb3VudBgGIAEoBRINCgVlcnJvchgHIAEoCSpeCgxNY3BUcmFuc3BvcnQSHQoZTUNQX1RSQU5TUE9SVF9VTlNQRUNJRklFRBAAEhcKE01DUF9UUkFOU1BPUlRfU1RESU8QARIWChJNQ1BfVFJBTlNQT1JUX0hUVFAQAiqrAQoOTWNwU2VydmVyU3RhdGUSIAocTUNQX1NFUlZFUl9TVEFURV9VTlNQRUNJRklFRBAAEh8KG01DUF9TRVJWRVJfU1RBVEVfQ09OTkVDVElORxABEhoKFk1DUF9TRVJWRVJfU1RBVEVfUkVBRFkQAhIbChdNQ1BfU0VSVkVSX1NUQVRFX0ZBSUxFRBADEh0KGU1DUF9TRVJWRVJfU1RBVEVfRElTQUJMRUQQBELVAQoUY29tLmdlbmVyYWxfYWdlbnQudjFCCE1jcFByb3RvUAFaVmdpdGh1Yi5jb20vZ2VuZXJhbC1hZ2VudC9nZW5lcmFsLWFnZW50L2NsaWVudHMvZ28vZ2VuL2dlbmVyYWxfYWdlbnQvdjE7Z2VuZXJhbF9hZ2VudHYxogIDR1hYqgIPR2VuZXJhbEFnZW50LlYxygIPR2VuZXJhbEFnZW50XFYx4gIbR2VuZXJhbEFnZW50XFYxXEdQQk1ldGFkYXRh6gIQR2VuZXJhbEFnZW50OjpWMWIGcHJvdG8z");
+  fileDesc("ChpnZW5lcmFsX2FnZW50L3YxL21jcC5wcm90bxIQZ2VuZXJhbF9hZ2VudC52MSKCAQoPTWNwU2VydmVyQ29uZmlnEjEKBXN0ZGlvGAEgASgLMiAuZ2VuZXJhbF9hZ2VudC52MS5NY3BTdGRpb1NlcnZlckgAEi8KBGh0dHAYAiABKAsyHy5nZW5lcmFsX2FnZW50LnYxLk1jcEh0dHBTZXJ2ZXJIAEILCgl0cmFuc3BvcnQipQEKDk1jcFN0ZGlvU2VydmVyEg8KB2NvbW1hbmQYASABKAkSDAoEYXJncxgCIAMoCRI7CgNlbnYYAyADKAsyKS5nZW5lcmFsX2FnZW50LnYxLk1jcFN0ZGlvU2VydmVyLkVudkVudHJ5QgOAAQESCwoDY3dkGAQgASgJGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEikAEKDU1jcEh0dHBTZXJ2ZXISCwoDdXJsGAEgASgJEkIKB2hlYWRlcnMYAiADKAsyLC5nZW5lcmFsX2FnZW50LnYxLk1jcEh0dHBTZXJ2ZXIuSGVhZGVyc0VudHJ5QgOAAQEaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi0QEKD01jcFNlcnZlclN0YXR1cxITCgtzZXJ2ZXJfbmFtZRgBIAEoCRIxCgl0cmFuc3BvcnQYAiABKA4yHi5nZW5lcmFsX2FnZW50LnYxLk1jcFRyYW5zcG9ydBIPCgdlbmFibGVkGAMgASgIEhEKCXN1cHBvcnRlZBgEIAEoCBIvCgVzdGF0ZRgFIAEoDjIgLmdlbmVyYWxfYWdlbnQudjEuTWNwU2VydmVyU3RhdGUSEgoKdG9vbF9jb3VudBgGIAEoBRINCgVlcnJvchgHIAEoCSLJAQoUU2V0TWNwU2VydmVyc1JlcXVlc3QSGAoKc2Vzc2lvbl9pZBgBIAEoCUIE4kEBAhJECgdzZXJ2ZXJzGAIgAygLMjMuZ2VuZXJhbF9hZ2VudC52MS5TZXRNY3BTZXJ2ZXJzUmVxdWVzdC5TZXJ2ZXJzRW50cnkaUQoMU2VydmVyc0VudHJ5EgsKA2tleRgBIAEoCRIwCgV2YWx1ZRgCIAEoCzIhLmdlbmVyYWxfYWdlbnQudjEuTWNwU2VydmVyQ29uZmlnOgI4ASJMChVTZXRNY3BTZXJ2ZXJzUmVzcG9uc2USMwoIc3RhdHVzZXMYASADKAsyIS5nZW5lcmFsX2FnZW50LnYxLk1jcFNlcnZlclN0YXR1cyIwChRHZXRNY3BTZXJ2ZXJzUmVxdWVzdBIYCgpzZXNzaW9uX2lkGAEgASgJQgTiQQECIssBChVHZXRNY3BTZXJ2ZXJzUmVzcG9uc2USRQoHc2VydmVycxgBIAMoCzI0LmdlbmVyYWxfYWdlbnQudjEuR2V0TWNwU2VydmVyc1Jlc3BvbnNlLlNlcnZlcnNFbnRyeRIYChBkaXNhYmxlZF9zZXJ2ZXJzGAIgAygJGlEKDFNlcnZlcnNFbnRyeRILCgNrZXkYASABKAkSMAoFdmFsdWUYAiABKAsyIS5nZW5lcmFsX2FnZW50LnYxLk1jcFNlcnZlckNvbmZpZzoCOAEiXgoWVG9nZ2xlTWNwU2VydmVyUmVxdWVzdBIYCgpzZXNzaW9uX2lkGAEgASgJQgTiQQECEhkKC3NlcnZlcl9uYW1lGAIgASgJQgTiQQECEg8KB2VuYWJsZWQYAyABKAgiTAoXVG9nZ2xlTWNwU2VydmVyUmVzcG9uc2USMQoGc3RhdHVzGAEgASgLMiEuZ2VuZXJhbF9hZ2VudC52MS5NY3BTZXJ2ZXJTdGF0dXMiLwoTR2V0TWNwU3RhdHVzUmVxdWVzdBIYCgpzZXNzaW9uX2lkGAEgASgJQgTiQQECIksKFEdldE1jcFN0YXR1c1Jlc3BvbnNlEjMKCHN0YXR1c2VzGAEgAygLMiEuZ2VuZXJhbF9hZ2VudC52MS5NY3BTZXJ2ZXJTdGF0dXMqXgoMTWNwVHJhbnNwb3J0Eh0KGU1DUF9UUkFOU1BPUlRfVU5TUEVDSUZJRUQQABIXChNNQ1BfVFJBTlNQT1JUX1NURElPEAESFgoSTUNQX1RSQU5TUE9SVF9IVFRQEAIqqwEKDk1jcFNlcnZlclN0YXRlEiAKHE1DUF9TRVJWRVJfU1RBVEVfVU5TUEVDSUZJRUQQABIfChtNQ1BfU0VSVkVSX1NUQVRFX0NPTk5FQ1RJTkcQARIaChZNQ1BfU0VSVkVSX1NUQVRFX1JFQURZEAISGwoXTUNQX1NFUlZFUl9TVEFURV9GQUlMRUQQAxIdChlNQ1BfU0VSVkVSX1NUQVRFX0RJU0FCTEVEEARC1QEKFGNvbS5nZW5lcmFsX2FnZW50LnYxQghNY3BQcm90b1ABWlZnaXRodWIuY29tL2dlbmVyYWwtYWdlbnQvZ2VuZXJhbC1hZ2VudC9jbGllbnRzL2dvL2dlbi9nZW5lcmFsX2FnZW50L3YxO2dlbmVyYWxfYWdlbnR2MaICA0dYWKoCD0dlbmVyYWxBZ2VudC5WMcoCD0dlbmVyYWxBZ2VudFxWMeICG0dlbmVyYWxBZ2VudFxWMVxHUEJNZXRhZGF0YeoCEEdlbmVyYWxBZ2VudDo6VjFiBnByb3RvMw", [file_google_api_field_behavior]);
 
 /**
  * How one MCP server is reached (spec section 10).
@@ -19,6 +20,9 @@ export const file_general_agent_v1_mcp: GenFile = /*@__PURE__*/
  */
 export type McpServerConfig = Message<"general_agent.v1.McpServerConfig"> & {
   /**
+   * How the server connects: it starts a local process (`stdio`) or dials an
+   * endpoint (`http`). Exactly one is set.
+   *
    * @generated from oneof general_agent.v1.McpServerConfig.transport
    */
   transport: {
@@ -180,6 +184,202 @@ export type McpServerStatus = Message<"general_agent.v1.McpServerStatus"> & {
  */
 export const McpServerStatusSchema: GenMessage<McpServerStatus> = /*@__PURE__*/
   messageDesc(file_general_agent_v1_mcp, 3);
+
+/**
+ * Request of SetMcpServers.
+ *
+ * @generated from message general_agent.v1.SetMcpServersRequest
+ */
+export type SetMcpServersRequest = Message<"general_agent.v1.SetMcpServersRequest"> & {
+  /**
+   * The session.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * The new map.
+   *
+   * @generated from field: map<string, general_agent.v1.McpServerConfig> servers = 2;
+   */
+  servers: { [key: string]: McpServerConfig };
+};
+
+/**
+ * Describes the message general_agent.v1.SetMcpServersRequest.
+ * Use `create(SetMcpServersRequestSchema)` to create a new message.
+ */
+export const SetMcpServersRequestSchema: GenMessage<SetMcpServersRequest> = /*@__PURE__*/
+  messageDesc(file_general_agent_v1_mcp, 4);
+
+/**
+ * Response of SetMcpServers.
+ *
+ * @generated from message general_agent.v1.SetMcpServersResponse
+ */
+export type SetMcpServersResponse = Message<"general_agent.v1.SetMcpServersResponse"> & {
+  /**
+   * Status of each server.
+   *
+   * @generated from field: repeated general_agent.v1.McpServerStatus statuses = 1;
+   */
+  statuses: McpServerStatus[];
+};
+
+/**
+ * Describes the message general_agent.v1.SetMcpServersResponse.
+ * Use `create(SetMcpServersResponseSchema)` to create a new message.
+ */
+export const SetMcpServersResponseSchema: GenMessage<SetMcpServersResponse> = /*@__PURE__*/
+  messageDesc(file_general_agent_v1_mcp, 5);
+
+/**
+ * Request of GetMcpServers.
+ *
+ * @generated from message general_agent.v1.GetMcpServersRequest
+ */
+export type GetMcpServersRequest = Message<"general_agent.v1.GetMcpServersRequest"> & {
+  /**
+   * The session.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+};
+
+/**
+ * Describes the message general_agent.v1.GetMcpServersRequest.
+ * Use `create(GetMcpServersRequestSchema)` to create a new message.
+ */
+export const GetMcpServersRequestSchema: GenMessage<GetMcpServersRequest> = /*@__PURE__*/
+  messageDesc(file_general_agent_v1_mcp, 6);
+
+/**
+ * Response of GetMcpServers.
+ *
+ * @generated from message general_agent.v1.GetMcpServersResponse
+ */
+export type GetMcpServersResponse = Message<"general_agent.v1.GetMcpServersResponse"> & {
+  /**
+   * The map, secrets redacted.
+   *
+   * @generated from field: map<string, general_agent.v1.McpServerConfig> servers = 1;
+   */
+  servers: { [key: string]: McpServerConfig };
+
+  /**
+   * Disabled server names.
+   *
+   * @generated from field: repeated string disabled_servers = 2;
+   */
+  disabledServers: string[];
+};
+
+/**
+ * Describes the message general_agent.v1.GetMcpServersResponse.
+ * Use `create(GetMcpServersResponseSchema)` to create a new message.
+ */
+export const GetMcpServersResponseSchema: GenMessage<GetMcpServersResponse> = /*@__PURE__*/
+  messageDesc(file_general_agent_v1_mcp, 7);
+
+/**
+ * Request of ToggleMcpServer.
+ *
+ * @generated from message general_agent.v1.ToggleMcpServerRequest
+ */
+export type ToggleMcpServerRequest = Message<"general_agent.v1.ToggleMcpServerRequest"> & {
+  /**
+   * The session.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * The server.
+   *
+   * @generated from field: string server_name = 2;
+   */
+  serverName: string;
+
+  /**
+   * Enable or disable.
+   *
+   * @generated from field: bool enabled = 3;
+   */
+  enabled: boolean;
+};
+
+/**
+ * Describes the message general_agent.v1.ToggleMcpServerRequest.
+ * Use `create(ToggleMcpServerRequestSchema)` to create a new message.
+ */
+export const ToggleMcpServerRequestSchema: GenMessage<ToggleMcpServerRequest> = /*@__PURE__*/
+  messageDesc(file_general_agent_v1_mcp, 8);
+
+/**
+ * Response of ToggleMcpServer.
+ *
+ * @generated from message general_agent.v1.ToggleMcpServerResponse
+ */
+export type ToggleMcpServerResponse = Message<"general_agent.v1.ToggleMcpServerResponse"> & {
+  /**
+   * Its status afterwards.
+   *
+   * @generated from field: general_agent.v1.McpServerStatus status = 1;
+   */
+  status?: McpServerStatus | undefined;
+};
+
+/**
+ * Describes the message general_agent.v1.ToggleMcpServerResponse.
+ * Use `create(ToggleMcpServerResponseSchema)` to create a new message.
+ */
+export const ToggleMcpServerResponseSchema: GenMessage<ToggleMcpServerResponse> = /*@__PURE__*/
+  messageDesc(file_general_agent_v1_mcp, 9);
+
+/**
+ * Request of GetMcpStatus.
+ *
+ * @generated from message general_agent.v1.GetMcpStatusRequest
+ */
+export type GetMcpStatusRequest = Message<"general_agent.v1.GetMcpStatusRequest"> & {
+  /**
+   * The session.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+};
+
+/**
+ * Describes the message general_agent.v1.GetMcpStatusRequest.
+ * Use `create(GetMcpStatusRequestSchema)` to create a new message.
+ */
+export const GetMcpStatusRequestSchema: GenMessage<GetMcpStatusRequest> = /*@__PURE__*/
+  messageDesc(file_general_agent_v1_mcp, 10);
+
+/**
+ * Response of GetMcpStatus.
+ *
+ * @generated from message general_agent.v1.GetMcpStatusResponse
+ */
+export type GetMcpStatusResponse = Message<"general_agent.v1.GetMcpStatusResponse"> & {
+  /**
+   * One per configured server.
+   *
+   * @generated from field: repeated general_agent.v1.McpServerStatus statuses = 1;
+   */
+  statuses: McpServerStatus[];
+};
+
+/**
+ * Describes the message general_agent.v1.GetMcpStatusResponse.
+ * Use `create(GetMcpStatusResponseSchema)` to create a new message.
+ */
+export const GetMcpStatusResponseSchema: GenMessage<GetMcpStatusResponse> = /*@__PURE__*/
+  messageDesc(file_general_agent_v1_mcp, 11);
 
 /**
  * Transport kind of an MCP server.

@@ -3,13 +3,10 @@
 isort:skip_file
 """
 
-from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import struct_pb2 as _struct_pb2
-from google.protobuf import timestamp_pb2 as _timestamp_pb2
-from google.protobuf.internal import containers as _containers
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -73,53 +70,3 @@ class HostedToolDefinition(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___HostedToolDefinition: _TypeAlias = HostedToolDefinition  # noqa: Y015
-
-@_typing.final
-class Checkpoint(_message.Message):
-    """A checkpoint recorded by a file-mutating tool (write, edit, apply_patch)."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    CHECKPOINT_ID_FIELD_NUMBER: _builtins.int
-    RUN_ID_FIELD_NUMBER: _builtins.int
-    TOOL_CALL_ID_FIELD_NUMBER: _builtins.int
-    TOOL_NAME_FIELD_NUMBER: _builtins.int
-    PATHS_FIELD_NUMBER: _builtins.int
-    STORED_BYTES_FIELD_NUMBER: _builtins.int
-    CREATE_TIME_FIELD_NUMBER: _builtins.int
-    checkpoint_id: _builtins.str
-    """Server-generated id."""
-    run_id: _builtins.str
-    """The run whose tool made the change."""
-    tool_call_id: _builtins.str
-    """The tool call that made the change."""
-    tool_name: _builtins.str
-    """The tool that made the change."""
-    stored_bytes: _builtins.int
-    """Bytes of prior content stored for this checkpoint."""
-    @_builtins.property
-    def paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Workspace-relative paths the tool touched."""
-
-    @_builtins.property
-    def create_time(self) -> _timestamp_pb2.Timestamp:
-        """When it was recorded."""
-
-    def __init__(
-        self,
-        *,
-        checkpoint_id: _builtins.str = ...,
-        run_id: _builtins.str = ...,
-        tool_call_id: _builtins.str = ...,
-        tool_name: _builtins.str = ...,
-        paths: _abc.Iterable[_builtins.str] | None = ...,
-        stored_bytes: _builtins.int = ...,
-        create_time: _timestamp_pb2.Timestamp | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_id", b"checkpoint_id", "create_time", b"create_time", "paths", b"paths", "run_id", b"run_id", "stored_bytes", b"stored_bytes", "tool_call_id", b"tool_call_id", "tool_name", b"tool_name"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___Checkpoint: _TypeAlias = Checkpoint  # noqa: Y015
