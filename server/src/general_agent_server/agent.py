@@ -40,7 +40,7 @@ from general_agent_server.sessions.service import SessionService, SessionService
 from general_agent_server.sessions.serving import ServingGate
 from general_agent_server.sessions.settings import CoreSettings
 from general_agent_server.store.port import SessionStore
-from general_agent_server.tools.runtime import ToolCatalog
+from general_agent_server.tools.runtime import LocalTool, ToolCatalog
 from general_agent_server.tools.subagents import SubagentTool
 from general_agent_server.workspace.checkpoints.recorder import CheckpointBounds, CheckpointRecorder
 from general_agent_server.workspace.checkpoints.service import CheckpointService
@@ -103,6 +103,24 @@ class Agent:
             limits=settings.input_limits,
             max_payload_bytes=settings.hook_max_payload_bytes,
             ssrf_allow_hosts=settings.ssrf_allow_hosts,
+        )
+        self._wire_services(credentials, keys, idempotency, recorder, builtins, global_hosted_tools)
+
+    def _wire_services(
+        self,
+        credentials: CredentialResolver,
+        keys: SessionKeys,
+        idempotency: IdempotencyKeys,
+        recorder: CheckpointRecorder,
+        builtins: dict[str, LocalTool],
+        global_hosted_tools: tuple[HostedToolDefinition, ...],
+    ) -> None:
+        settings, store, exporter, catalog, event_log = (
+            self.settings,
+            self.store,
+            self.exporter,
+            self.catalog,
+            self.event_log,
         )
         self.sessions = SessionService(
             SessionServiceDeps(

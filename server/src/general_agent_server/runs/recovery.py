@@ -12,7 +12,7 @@ from typing import Any
 from general_agent_server.domain.clock import utcnow
 from general_agent_server.domain.content import TextPart
 from general_agent_server.domain.errors import ErrorCode, ErrorDetail
-from general_agent_server.domain.events import RunFinished, RunOutcome, RunReason, SequencedEvent, ToolError
+from general_agent_server.domain.events import EventBody, RunFinished, RunOutcome, RunReason, SequencedEvent
 from general_agent_server.domain.history import HistoryMessage
 from general_agent_server.domain.records import (
     CallKind,
@@ -24,8 +24,8 @@ from general_agent_server.domain.records import (
     ToolCallRecord,
 )
 from general_agent_server.domain.session import SessionRecord, SessionState
-from general_agent_server.domain.transcript import ToolResultEntry, TranscriptEntry
-from general_agent_server.runs.results import tool_result_block
+from general_agent_server.domain.transcript import TranscriptEntry
+from general_agent_server.runs.results import resolved, result_entry, result_event, tool_result_block
 from general_agent_server.store.port import SessionStore, WriteBatch
 
 INTERRUPTED_MESSAGE = "the run was interrupted by a server restart"
@@ -45,77 +45,51 @@ async def recover_interrupted_runs(store: SessionStore, *, sequence_block: int) 
     return recovered
 
 
-async def _recover(store: SessionStore, session: SessionRecord, run: RunRecord, sequence_block: int) -> None:
-    now = utcnow()
-    # Events of the crashed run may have been sent without being committed: skip every reserved number.
-    next_sequence = session.sequence_reserved + 1
-    events: list[SequencedEvent] = []
-    transcript: list[TranscriptEntry] = []
+class _Repair:
+    """The events and transcript entries one interrupted run's repair commits, numbered after every sequence
+    the crashed process reserved (its events may have been sent without being committed)."""
 
-    def stamp(body: RunFinished | ToolError) -> SequencedEvent:
-        nonlocal next_sequence
+    def __init__(self, session: SessionRecord, run: RunRecord) -> None:
+        self.run = run
+        self.now = utcnow()
+        self.next_sequence = session.sequence_reserved + 1
+        self.events: list[SequencedEvent] = []
+        self.transcript: list[TranscriptEntry] = []
+
+    def stamp(self, body: RunFinished | EventBody) -> SequencedEvent:
         event = SequencedEvent(
-            sequence=next_sequence, session_id=run.session_id, run_id=run.run_id, create_time=now, body=body
+            sequence=self.next_sequence,
+            session_id=self.run.session_id,
+            run_id=self.run.run_id,
+            create_time=self.now,
+            body=body,
         )
-        next_sequence += 1
-        events.append(event)
+        self.next_sequence += 1
+        self.events.append(event)
         return event
 
+    def interrupt(self, call: ToolCallRecord) -> ToolCallRecord:
+        """An unfinished call gets the synthetic is_error result; a local tool is never run again."""
+        event = self.stamp(result_event(call, _SYNTHETIC))
+        entry = result_entry(call, _SYNTHETIC)
+        self.transcript.append(
+            TranscriptEntry(timestamp=self.now, sequence=event.sequence, run_id=self.run.run_id, body=entry)
+        )
+        return resolved(call, _SYNTHETIC, ResolvedBy.INTERRUPTED, event.sequence)
+
+
+_SYNTHETIC = CallResult(content=(TextPart(text=INTERRUPTED_TOOL_MESSAGE),), is_error=True)
+
+
+async def _recover(store: SessionStore, session: SessionRecord, run: RunRecord, sequence_block: int) -> None:
+    repair = _Repair(session, run)
     calls = await store.list_tool_calls(run.tenant, run.session_id, run.run_id)
     last_round = max((c.round_index for c in calls), default=-1)
     round_calls = [c for c in calls if c.round_index == last_round]
-    synthetic = CallResult(content=(TextPart(text=INTERRUPTED_TOOL_MESSAGE),), is_error=True)
-    resolved: list[ToolCallRecord] = []
-    for call in round_calls:
-        if call.status is CallStatus.RESOLVED:
-            resolved.append(call)
-            continue
-        event = stamp(ToolError(call_id=call.call_id, tool_name=call.tool_name, error=INTERRUPTED_TOOL_MESSAGE))
-        transcript.append(
-            TranscriptEntry(
-                timestamp=now,
-                sequence=event.sequence,
-                run_id=run.run_id,
-                body=ToolResultEntry(
-                    call_id=call.call_id, tool_name=call.tool_name, output=synthetic.content, is_error=True
-                ),
-            )
-        )
-        resolved.append(
-            replace(
-                call,
-                status=CallStatus.RESOLVED,
-                result=synthetic,
-                resolved_by=ResolvedBy.INTERRUPTED,
-                resolve_sequence=event.sequence,
-            )
-        )
+    done = [c if c.status is CallStatus.RESOLVED else repair.interrupt(c) for c in round_calls]
     history = await store.load_history(run.tenant, run.session_id)
-    repair: list[HistoryMessage] = []
-    if history and history[-1].role == "assistant" and any(b.get("type") == "tool_use" for b in history[-1].content):
-        by_id = {c.call_id: c for c in resolved}
-        blocks: list[dict[str, Any]] = []
-        for block in history[-1].content:
-            if block.get("type") != "tool_use":
-                continue
-            record = by_id.get(str(block["id"]))
-            if record is None:
-                record = ToolCallRecord(
-                    tenant=run.tenant,
-                    session_id=run.session_id,
-                    run_id=run.run_id,
-                    round_index=last_round,
-                    position=len(blocks),
-                    call_id=str(block["id"]),
-                    tool_name=str(block.get("name", "")),
-                    input_json="{}",
-                    kind=CallKind.LOCAL,
-                    status=CallStatus.RESOLVED,
-                    result=synthetic,
-                )
-            blocks.append(tool_result_block(record))
-        repair.append(HistoryMessage(role="user", content=tuple(blocks), run_id=run.run_id))
-    finished = stamp(
+    results = _results_message(history, done, run, last_round)
+    finished = repair.stamp(
         RunFinished(
             outcome=RunOutcome.FAILED,
             reason=RunReason.INTERRUPTED,
@@ -123,29 +97,56 @@ async def _recover(store: SessionStore, session: SessionRecord, run: RunRecord, 
             usage=run.usage,
         )
     )
-    finished_run = run.finished(RunOutcome.FAILED, RunReason.INTERRUPTED, sequence=finished.sequence, at=now)
-    state_changes: dict[str, object] = {}
-    if session.active_run_id == run.run_id:
-        state_changes = {"state": SessionState.IDLE, "active_run_id": "", "pending_call_ids": ()}
+    finished_run = run.finished(RunOutcome.FAILED, RunReason.INTERRUPTED, sequence=finished.sequence, at=repair.now)
     updated = replace(
         session,
         version=session.version + 1,
-        update_time=now,
+        update_time=repair.now,
         last_sequence=finished.sequence,
         sequence_reserved=finished.sequence + sequence_block,
-        history_message_count=len(history) + len(repair),
-        **state_changes,  # type: ignore[arg-type]
+        history_message_count=len(history) + len(results),
     )
+    if session.active_run_id == run.run_id:
+        updated = replace(updated, state=SessionState.IDLE, active_run_id="", pending_call_ids=())
     await store.write(
         WriteBatch(
             tenant=run.tenant,
             session_id=run.session_id,
             session=updated,
-            events=events,
-            transcript=transcript,
-            history=repair,
+            events=repair.events,
+            transcript=repair.transcript,
+            history=results,
             history_base=len(history),
             runs=[finished_run],
-            tool_calls=[c for c in resolved if c.resolved_by is ResolvedBy.INTERRUPTED],
+            tool_calls=[c for c in done if c.resolved_by is ResolvedBy.INTERRUPTED],
         )
     )
+
+
+def _results_message(
+    history: list[HistoryMessage], done: list[ToolCallRecord], run: RunRecord, last_round: int
+) -> list[HistoryMessage]:
+    """The results message of a round the crash left open, so no tool_use stays without its tool_result."""
+    if not history or history[-1].role != "assistant":
+        return []
+    uses = [b for b in history[-1].content if b.get("type") == "tool_use"]
+    if not uses:
+        return []
+    by_id = {c.call_id: c for c in done}
+    blocks: list[dict[str, Any]] = []
+    for position, block in enumerate(uses):
+        record = by_id.get(str(block["id"])) or ToolCallRecord(
+            tenant=run.tenant,
+            session_id=run.session_id,
+            run_id=run.run_id,
+            round_index=last_round,
+            position=position,
+            call_id=str(block["id"]),
+            tool_name=str(block.get("name", "")),
+            input_json="{}",
+            kind=CallKind.LOCAL,
+            status=CallStatus.RESOLVED,
+            result=_SYNTHETIC,
+        )
+        blocks.append(tool_result_block(record))
+    return [HistoryMessage(role="user", content=tuple(blocks), run_id=run.run_id)]

@@ -37,6 +37,11 @@ class ByteTail:
             self.dropped += excess
 
     @property
+    def held_bytes(self) -> int:
+        """Bytes kept in memory now: at most twice the limit, however much was appended."""
+        return len(self._data)
+
+    @property
     def truncated(self) -> bool:
         return self.dropped > 0 or len(self._data) > self._limit
 
