@@ -11,13 +11,14 @@ import grpc
 import pytest
 from google.protobuf import duration_pb2, struct_pb2
 from google.protobuf.message import Message
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import status_pb2
 
+from general_agent import AgentError
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import content_pb2, hook_pb2, session_pb2, tool_pb2
 from general_agent_server.app import RunningServer
 from tests.support.proto_fuzz import SERVICE, EnumSite, callable_for, enum_sites, message_class, out_of_range, with_enum
-from tests.support.rpc import DecodedError, Stub, create_session, rpc_error
+from tests.support.rpc import Stub, create_session, decode_status, rpc_error
 
 ENUM_SITES = [(method.name, site) for method in SERVICE.methods for site in enum_sites(method.input_type)]
 ENUM_CASES = [
@@ -34,7 +35,7 @@ async def channel(server: RunningServer) -> AsyncIterator[grpc.aio.Channel]:
         yield channel
 
 
-async def call(channel: grpc.aio.Channel, method: str, request: Message | bytes) -> DecodedError:
+async def call(channel: grpc.aio.Channel, method: str, request: Message | bytes) -> AgentError:
     """Sends one request (a unary or server-streaming call, or the first message of a stream) that must
     fail, and decodes the status."""
     descriptor = SERVICE.methods_by_name[method]
@@ -58,16 +59,10 @@ async def run_session(channel: grpc.aio.Channel, session_id: str, later: Message
 
 
 def violations(status: status_pb2.Status) -> list[str]:
-    fields: list[str] = []
-    for detail in status.details:
-        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            fields.extend(v.field for v in bad.field_violations)
-    return fields
+    return [field for field, _ in decode_status(status).field_violations]
 
 
-def assert_named(error: DecodedError, field: str, reason: str = "INVALID_ARGUMENT") -> None:
+def assert_named(error: AgentError, field: str, reason: str = "INVALID_ARGUMENT") -> None:
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, reason), error
     assert [f for f, _ in error.field_violations] == [field], error
     assert not any(marker in error.message for marker in INTERNALS), error.message

@@ -10,11 +10,12 @@ from typing import Any
 import grpc
 import pytest
 
+from general_agent import AgentError
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, hook_pb2, session_pb2, tool_pb2
 from general_agent_server.app import RunningServer
 from tests.conftest import ServerFactory
-from tests.support.rpc import DecodedError, Stub, create_session, rpc_error
+from tests.support.rpc import Stub, create_session, rpc_error
 
 LIMITS = {
     "max_system_prompt_bytes": 1000,
@@ -40,7 +41,7 @@ async def limited(server_factory: ServerFactory) -> AsyncIterator[tuple[RunningS
         yield server, agent_service_pb2_grpc.AgentServiceStub(channel)
 
 
-def assert_over(error: DecodedError, field: str, setting: str) -> None:
+def assert_over(error: AgentError, field: str, setting: str) -> None:
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT"), error
     assert [f for f, _ in error.field_violations] == [field], error
     assert error.metadata == {"limit": setting, "value": str(LIMITS[setting])}

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from google.rpc import error_details_pb2, status_pb2
 
 from general_agent.testing import FakeAnthropic, HangReply, Reply, TextBlock, TextReply, ToolUseBlock, text_deltas
 from general_agent.v1 import agent_service_pb2 as api
@@ -18,7 +17,16 @@ from general_agent.v1 import event_pb2, session_pb2, tool_pb2
 from general_agent_server.app import RunningServer
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, sequences, text_of
-from tests.support.rpc import Stub, connect, create_session, decode_error, events_after, stream_turn, text_input
+from tests.support.rpc import (
+    Stub,
+    connect,
+    create_session,
+    decode_error,
+    decode_status,
+    events_after,
+    stream_turn,
+    text_input,
+)
 
 READ_TIMEOUT = 10.0
 
@@ -148,15 +156,6 @@ async def rpc_failure(bidi: Bidi) -> Any:
     except grpc.aio.AioRpcError as error:
         return decode_error(error)
     raise AssertionError(f"the stream ended OK; expected an error (got {bidi.summary()})")
-
-
-def error_info(status: status_pb2.Status) -> error_details_pb2.ErrorInfo:
-    for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            return info
-    raise AssertionError(f"no ErrorInfo in {status}")
 
 
 def lookup_tool() -> tool_pb2.HostedToolDefinition:
@@ -290,7 +289,7 @@ async def test_busy_turn_is_a_command_result_and_the_stream_goes_on(stub: Stub, 
     bidi.turn("busy", "me too")
     busy = await bidi.result("busy")
     assert busy.status.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
-    assert error_info(busy.status).reason == "SESSION_BUSY"
+    assert decode_status(busy.status).reason == "SESSION_BUSY"
     assert busy.run_id == ""
     gate.release()
     await bidi.finished(first.run_id)
@@ -375,7 +374,7 @@ async def test_hosted_result_for_an_unknown_call_is_a_command_result(stub: Stub,
     bidi.send(hosted_result=api.RunSessionHostedResult(command_id="bad", call_id="toolu_nope", output_json="1"))
     rejected = await bidi.result("bad")
     assert rejected.status.code == grpc.StatusCode.NOT_FOUND.value[0]
-    info = error_info(rejected.status)
+    info = decode_status(rejected.status)
     assert (info.reason, info.domain) == ("UNKNOWN_TOOL_CALL", "general-agent")
     assert info.metadata["call_id"] == "toolu_nope"
     # A hosted_result without any result is rejected the same way (decode error), and the stream goes on.

@@ -29,6 +29,7 @@ from tests.support.rpc import (
     Stub,
     create_session,
     decode_error,
+    decode_status,
     events_after,
     rpc_error,
     stream_turn,
@@ -273,10 +274,7 @@ async def test_provider_error_metadata_and_codes(stub: Stub, fake_model: FakeAnt
         events = await stream_turn(stub, sid, f"status {status}")
         error = last_of(events, "run_finished").error
         assert error.code == code.value[0], status
-        from google.rpc import error_details_pb2
-
-        info = error_details_pb2.ErrorInfo()
-        error.details[0].Unpack(info)
+        info = decode_status(error)
         assert info.reason == "PROVIDER_ERROR"
         assert info.metadata["http_status"] == str(status)
         assert info.metadata["provider_request_id"].startswith("req_")
