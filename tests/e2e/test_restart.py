@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import grpc
 
-from general_agent.testing import FakeAnthropicThread, HangReply, TextReply
+from general_agent.testing import FakeAnthropicThread, TextReply
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2
 from tests.support.events import last_of, text_of
-from tests.support.rpc import create_session, events_after, stream_turn, text_input
+from tests.support.rpc import create_session, events_after, stream_turn
+from tests.support.runs import start_hanging_run
 from tests.support.subprocess_server import ServerProcesses
 
 
@@ -54,20 +55,13 @@ async def test_a_run_killed_mid_stream_is_marked_interrupted(
 ) -> None:
     server = server_processes.make()
     address = server.start()
-    hang = HangReply(after_events=4, reply=TextReply("never finished", chunks=["never ", "finished"]))
-    fake_model_thread.enqueue(hang)
     async with grpc.aio.insecure_channel(address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         sid = (await create_session(stub)).identity.session_id
-        call = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("start")))
-        seen = []
-        async for response in call:
-            seen.append(response.event)
-            if response.event.WhichOneof("event") == "assistant_delta":
-                break
+        run = await start_hanging_run(stub, fake_model_thread, sid, "start")
         server.kill()
-        call.cancel()
-    hang.release()
+        run.call.cancel()
+    run.reply.release()
 
     address = server.start()
     async with grpc.aio.insecure_channel(address) as channel:
@@ -78,9 +72,9 @@ async def test_a_run_killed_mid_stream_is_marked_interrupted(
         finished = last_of(log, "run_finished")
         assert finished.outcome == event_pb2.RUN_OUTCOME_FAILED
         assert finished.reason == event_pb2.RUN_REASON_INTERRUPTED
-        assert log[-1].run_id == seen[0].run_id
+        assert log[-1].run_id == run.run_id
         # Sequences sent before the crash are never reused.
-        assert log[-1].sequence > max(e.sequence for e in seen)
+        assert log[-1].sequence > max(e.sequence for e in run.seen)
         fake_model_thread.enqueue(TextReply("back again"))
         events = await stream_turn(stub, sid, "are you there?")
         assert text_of(events) == "back again"

@@ -15,7 +15,7 @@ from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, session_pb2
 from tests.conftest import ServerFactory
 from tests.support.events import last_of
-from tests.support.rpc import Stub, create_session, rpc_error, stream_turn, text_input
+from tests.support.rpc import Stub, create_session, read_until, rpc_error, stream_turn, text_input
 
 PATCH = """*** Begin Patch
 *** Update File: notes.txt
@@ -149,9 +149,7 @@ async def test_bounds_drop_the_oldest_and_errors(
         hang = HangReply(after_events=2, reply=TextReply("later"))
         fake_model.enqueue(hang)
         turn = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("wait")))
-        async for response in turn:
-            if response.event.WhichOneof("event") == "run_started":
-                break
+        await read_until(turn, "run_started")
         oldest = (await checkpoints(stub, sid))[-1].checkpoint_id
         busy = await rpc_error(
             stub.RestoreCheckpoint(api.RestoreCheckpointRequest(session_id=sid, checkpoint_id=oldest))

@@ -13,12 +13,13 @@ from typing import Any
 import grpc
 import pytest
 
-from general_agent.testing import FakeAnthropic, HangReply, Reply, TextBlock, TextReply, ToolUseBlock, Usage
+from general_agent.testing import FakeAnthropic, Reply, TextBlock, TextReply, ToolUseBlock, Usage
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2, tool_pb2
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, text_of
 from tests.support.rpc import Stub, create_session, events_after, rpc_error, stream_turn, text_input
+from tests.support.runs import start_hanging_run
 
 LOOKUP_SCHEMA_JSON = '{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}'
 
@@ -248,12 +249,7 @@ async def test_fork_while_a_run_is_in_flight(stub: Stub, fake_model: FakeAnthrop
     sid = (await create_session(stub)).identity.session_id
     fake_model.enqueue(TextReply("done one"))
     first = await stream_turn(stub, sid, "one")
-    gate = HangReply(after_events=4, reply=TextReply("partial rest", chunks=["partial ", "rest"]))
-    fake_model.enqueue(gate)
-    running = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("two")))
-    async for response in running:
-        if response.event.WhichOneof("event") == "assistant_delta":
-            break
+    running = await start_hanging_run(stub, fake_model, sid, "two")
     forked = await asyncio.wait_for(fork(stub, sid), 10)
     assert forked.forked_from.at_sequence == first[-1].sequence
     assert forked.history_message_count == 2
@@ -262,8 +258,8 @@ async def test_fork_while_a_run_is_in_flight(stub: Stub, fake_model: FakeAnthrop
         "message",
         "assistant",
     ]
-    gate.release()
-    rest = [r.event async for r in running]
+    running.reply.release()
+    rest = await running.rest()
     assert last_of(rest, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
 
 

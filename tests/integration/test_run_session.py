@@ -27,6 +27,7 @@ from tests.support.rpc import (
     stream_turn,
     text_input,
 )
+from tests.support.runs import hang, start_hanging_run
 
 READ_TIMEOUT = 10.0
 
@@ -192,9 +193,20 @@ def without_deltas(events: list[event_pb2.SessionEvent]) -> list[event_pb2.Sessi
     return [e for e in events if e.WhichOneof("event") not in ("assistant_delta", "reasoning_delta")]
 
 
-def hang(text: str = "partial rest") -> HangReply:
-    """Streams message_start, the block start, a ping and the first delta, then waits for release()."""
-    return HangReply(after_events=4, reply=TextReply(text, chunks=["partial ", text.removeprefix("partial ")]))
+async def hanging_stream_turn(
+    stub: Stub, fake_model: FakeAnthropic, **attach: Any
+) -> tuple[str, Bidi, api.CommandResult, HangReply]:
+    """A new session and a stream attached to it (with `attach`) whose turn "turn" is in its model call: the first
+    delta has arrived, the rest waits for the reply's release(). Returns the session id, the stream, the turn's
+    command result and the reply."""
+    sid = (await create_session(stub)).identity.session_id
+    gate = hang()
+    fake_model.enqueue(gate)
+    bidi = await open_bidi(stub, sid, **attach)
+    bidi.turn("turn", "long task")
+    started = await bidi.result("turn")
+    await bidi.first_event(started.run_id, "assistant_delta")
+    return sid, bidi, started, gate
 
 
 # ---------------------------------------------------------------------- protocol errors
@@ -465,13 +477,7 @@ async def test_commands_of_one_stream_apply_in_order(stub: Stub, fake_model: Fak
 
 
 async def test_stop_command_then_clear_stop(stub: Stub, fake_model: FakeAnthropic) -> None:
-    sid = (await create_session(stub)).identity.session_id
-    gate = hang()
-    fake_model.enqueue(gate)
-    bidi = await open_bidi(stub, sid)
-    bidi.turn("turn", "long task")
-    started = await bidi.result("turn")
-    await bidi.first_event(started.run_id, "assistant_delta")
+    sid, bidi, started, _ = await hanging_stream_turn(stub, fake_model)
     bidi.send(stop=api.RunSessionStop(command_id="stop"))
     stopped = await bidi.result("stop")
     assert stopped.status.code == 0
@@ -505,13 +511,7 @@ async def test_stop_command_then_clear_stop(stub: Stub, fake_model: FakeAnthropi
 
 
 async def test_cancel_command(stub: Stub, fake_model: FakeAnthropic) -> None:
-    sid = (await create_session(stub)).identity.session_id
-    gate = hang()
-    fake_model.enqueue(gate)
-    bidi = await open_bidi(stub, sid)
-    bidi.turn("turn", "long task")
-    started = await bidi.result("turn")
-    await bidi.first_event(started.run_id, "assistant_delta")
+    sid, bidi, started, _ = await hanging_stream_turn(stub, fake_model)
     # A run id that is not the active run cancels nothing.
     bidi.send(cancel=api.RunSessionCancel(command_id="wrong", run_id="not-this-run"))
     wrong = await bidi.result("wrong")
@@ -564,19 +564,12 @@ async def test_attach_after_zero_replays_then_follows_live(stub: Stub, fake_mode
     fake_model.enqueue(TextReply("first answer"))
     earlier = await stream_turn(stub, sid, "one")
     # A run that is in flight while the stream attaches: part of it is in the log, the rest arrives live.
-    gate = hang()
-    fake_model.enqueue(gate)
-    other = stub.StreamTurn(api.StreamTurnRequest(session_id=sid, input=text_input("two")))
-    in_flight = []
-    async for response in other:
-        in_flight.append(response.event)
-        if response.event.WhichOneof("event") == "assistant_delta":
-            break
+    other = await start_hanging_run(stub, fake_model, sid, "two")
     bidi = await open_bidi(stub, sid, after_sequence=0)
-    await bidi.first_event(in_flight[0].run_id, "assistant_delta")
-    gate.release()
-    rest = [r.event async for r in other]
-    await bidi.finished(in_flight[0].run_id)
+    await bidi.first_event(other.run_id, "assistant_delta")
+    other.reply.release()
+    rest = await other.rest()
+    await bidi.finished(other.run_id)
     fake_model.enqueue(TextReply("third answer"))
     bidi.turn("three", "three")
     third = await bidi.result("three")
@@ -592,7 +585,7 @@ async def test_attach_after_zero_replays_then_follows_live(stub: Stub, fake_mode
     log = await events_after(stub, sid, 0, received[-1].sequence)
     assert without_deltas(received) == without_deltas(log)
     assert text_of(received) == text_of(log) == "first answer" + "partial rest" + "third answer"
-    assert text_of(bidi.events(in_flight[0].run_id)) == text_of(in_flight + rest)
+    assert text_of(bidi.events(other.run_id)) == text_of(other.seen + rest)
     bidi.close()
     await bidi.drain()
 
@@ -712,13 +705,7 @@ async def test_half_close_without_runs_ends_the_stream(stub: Stub) -> None:
 
 
 async def test_delete_session_ends_an_attached_stream(stub: Stub, fake_model: FakeAnthropic) -> None:
-    sid = (await create_session(stub)).identity.session_id
-    gate = hang()
-    fake_model.enqueue(gate)
-    bidi = await open_bidi(stub, sid, on_disconnect=api.ON_DISCONNECT_CONTINUE)
-    bidi.turn("turn", "long task")
-    started = await bidi.result("turn")
-    await bidi.first_event(started.run_id, "assistant_delta")
+    sid, bidi, started, gate = await hanging_stream_turn(stub, fake_model, on_disconnect=api.ON_DISCONNECT_CONTINUE)
     await stub.DeleteSession(api.DeleteSessionRequest(session_id=sid))
     finished = await bidi.finished(started.run_id)
     assert (finished.run_finished.outcome, finished.run_finished.reason) == (
@@ -753,13 +740,7 @@ async def test_client_cancel_stops_a_run_the_stream_continued(stub: Stub, fake_m
 
 
 async def _cancel_mid_run(stub: Stub, fake_model: FakeAnthropic, on_disconnect: int) -> tuple[str, str, HangReply]:
-    sid = (await create_session(stub)).identity.session_id
-    gate = hang()
-    fake_model.enqueue(gate)
-    bidi = await open_bidi(stub, sid, on_disconnect=on_disconnect)
-    bidi.turn("turn", "long task")
-    started = await bidi.result("turn")
-    await bidi.first_event(started.run_id, "assistant_delta")
+    sid, bidi, started, gate = await hanging_stream_turn(stub, fake_model, on_disconnect=on_disconnect)
     bidi.cancel()
     return sid, started.run_id, gate
 

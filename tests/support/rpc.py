@@ -10,8 +10,10 @@ import grpc
 from google.rpc import status_pb2
 
 from general_agent.errors import DOMAIN, AgentError
+from general_agent.events import is_terminal
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, content_pb2, session_pb2
+from tests.support.events import kinds
 
 if TYPE_CHECKING:
     # The async stub type exists only in the generated .pyi (mypy-protobuf); at run time it is the same class.
@@ -62,9 +64,23 @@ async def create_session(stub: Stub, **session_fields: Any) -> session_pb2.Sessi
     return response.session
 
 
+def turn_call(stub: Stub, session_id: str, *texts: str, **request_fields: Any) -> Any:
+    """A StreamTurn call, not read yet."""
+    return stub.StreamTurn(api.StreamTurnRequest(session_id=session_id, input=text_input(*texts), **request_fields))
+
+
 async def stream_turn(stub: Stub, session_id: str, *texts: str, **request_fields: Any) -> list[Any]:
-    request = api.StreamTurnRequest(session_id=session_id, input=text_input(*texts), **request_fields)
-    return [response.event async for response in stub.StreamTurn(request)]
+    return [response.event async for response in turn_call(stub, session_id, *texts, **request_fields)]
+
+
+async def read_until(call: Any, kind: str) -> list[Any]:
+    """Reads a StreamTurn (or other event-streaming) call up to and including the first event of `kind`."""
+    seen = []
+    async for response in call:
+        seen.append(response.event)
+        if response.event.WhichOneof("event") == kind:
+            return seen
+    raise AssertionError(f"the stream ended without {kind}: {kinds(seen)}")
 
 
 async def events_after(stub: Stub, session_id: str, after: int, until_sequence: int) -> list[Any]:
@@ -74,6 +90,18 @@ async def events_after(stub: Stub, session_id: str, after: int, until_sequence: 
     async for response in call:
         events.append(response.event)
         if response.event.sequence >= until_sequence:
+            call.cancel()
+            break
+    return events
+
+
+async def watch_until_terminal(stub: Stub, session_id: str, after: int) -> list[Any]:
+    """Follows the session's log (WatchSession) from `after` until a terminal run_finished (not SUSPENDED)."""
+    events = []
+    call = stub.WatchSession(api.WatchSessionRequest(session_id=session_id, after_sequence=after))
+    async for response in call:
+        events.append(response.event)
+        if is_terminal(response.event):
             call.cancel()
             break
     return events
