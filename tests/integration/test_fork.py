@@ -18,7 +18,7 @@ from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2, tool_pb2
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, text_of
-from tests.support.rpc import Stub, create_session, events_after, rpc_error, stream_turn, text_input
+from tests.support.rpc import Stub, create_session, events_after, get_session, rpc_error, stream_turn, text_input
 from tests.support.runs import start_hanging_run
 
 LOOKUP_SCHEMA_JSON = '{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}'
@@ -40,10 +40,6 @@ async def ws_stub(server_factory: ServerFactory, workspace_root: Path) -> AsyncI
 async def fork(stub: Stub, source: str, **fields: Any) -> session_pb2.Session:
     response = await stub.ForkSession(api.ForkSessionRequest(source_session_id=source, **fields))
     return response.session
-
-
-async def get_session(stub: Stub, sid: str) -> session_pb2.Session:
-    return (await stub.GetSession(api.GetSessionRequest(session_id=sid))).session
 
 
 async def history(stub: Stub, sid: str) -> list[Any]:

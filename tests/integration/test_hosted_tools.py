@@ -18,7 +18,15 @@ from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2, tool_pb2
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, sequences, text_of
-from tests.support.rpc import Stub, create_session, rpc_error, stream_turn, text_input, watch_until_terminal
+from tests.support.rpc import (
+    Stub,
+    create_session,
+    get_session,
+    rpc_error,
+    stream_turn,
+    text_input,
+    watch_until_terminal,
+)
 
 LOOKUP_SCHEMA_JSON = (
     '{"type":"object","properties":{"q":{"type":"string"},"n":{"type":"integer","maximum":12345678901234567}},'
@@ -44,10 +52,6 @@ async def hosted_session(stub: Stub, *tools: Any) -> str:
         hosted_tools=list(tools) or [lookup()],
     )
     return session.identity.session_id
-
-
-async def get_session(stub: Stub, sid: str) -> session_pb2.Session:
-    return (await stub.GetSession(api.GetSessionRequest(session_id=sid))).session
 
 
 async def submit(stub: Stub, sid: str, call_id: str, **result: Any) -> list[Any]:

@@ -24,6 +24,7 @@ from tests.support.rpc import (
     Stub,
     create_session,
     events_after,
+    get_session,
     read_until,
     rpc_error,
     stream_turn,
@@ -58,10 +59,6 @@ async def wait_until(condition: Callable[[], Any], what: str) -> None:
             return
         await asyncio.sleep(0.005)
     raise AssertionError(f"timed out waiting until {what}")
-
-
-async def get_session(stub: Stub, sid: str) -> session_pb2.Session:
-    return (await stub.GetSession(api.GetSessionRequest(session_id=sid))).session
 
 
 async def transcript(stub: Stub, sid: str) -> list[Any]:

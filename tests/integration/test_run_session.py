@@ -24,8 +24,10 @@ from tests.support.rpc import (
     decode_error,
     decode_status,
     events_after,
+    get_session,
     stream_turn,
     text_input,
+    wait_idle,
 )
 from tests.support.runs import hang, start_hanging_run
 
@@ -168,19 +170,6 @@ def lookup_tool() -> tool_pb2.HostedToolDefinition:
 async def hosted_session(stub: Stub) -> str:
     session = await create_session(stub, hosted_tools=[lookup_tool()])
     return session.identity.session_id
-
-
-async def get_session(stub: Stub, sid: str) -> session_pb2.Session:
-    return (await stub.GetSession(api.GetSessionRequest(session_id=sid))).session
-
-
-async def wait_idle(stub: Stub, sid: str) -> session_pb2.Session:
-    for _ in range(1000):
-        session = await get_session(stub, sid)
-        if session.state == session_pb2.SESSION_STATE_IDLE:
-            return session
-        await asyncio.sleep(0.01)
-    raise AssertionError("session did not become idle")
 
 
 def assert_strictly_increasing(events: list[event_pb2.SessionEvent]) -> None:

@@ -33,21 +33,13 @@ from tests.support.rpc import (
     rpc_error,
     stream_turn,
     text_input,
+    wait_idle,
 )
 from tests.support.runs import start_hanging_run
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 )
-
-
-async def wait_idle(stub: Stub, session_id: str) -> session_pb2.Session:
-    for _ in range(500):
-        session = (await stub.GetSession(api.GetSessionRequest(session_id=session_id))).session
-        if session.state == session_pb2.SESSION_STATE_IDLE:
-            return session
-        await asyncio.sleep(0.01)
-    raise AssertionError("session did not become idle")
 
 
 async def test_text_turn_order_usage_and_request(stub: Stub, fake_model: FakeAnthropic) -> None:

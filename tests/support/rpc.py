@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -62,6 +63,20 @@ async def create_session(stub: Stub, **session_fields: Any) -> session_pb2.Sessi
         api.CreateSessionRequest(session=session_pb2.Session(**session_fields), **request_fields)
     )
     return response.session
+
+
+async def get_session(stub: Stub, session_id: str) -> session_pb2.Session:
+    return (await stub.GetSession(api.GetSessionRequest(session_id=session_id))).session
+
+
+async def wait_idle(stub: Stub, session_id: str) -> session_pb2.Session:
+    """Polls GetSession (bounded) until the session is IDLE; returns it."""
+    for _ in range(1000):
+        session = await get_session(stub, session_id)
+        if session.state == session_pb2.SESSION_STATE_IDLE:
+            return session
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"session {session_id} did not become idle")
 
 
 def turn_call(stub: Stub, session_id: str, *texts: str, **request_fields: Any) -> Any:
