@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from general_agent.testing import FakeAnthropicThread
-from tests.support.subprocess_server import ServerProcess, server_env
+from tests.support.subprocess_server import ServerProcess, ServerProcesses
 
 REPO = Path(__file__).resolve().parents[2]
 GO_CLIENT_DIR = REPO / "clients" / "go"
@@ -67,21 +67,25 @@ def fake_model_thread() -> Iterator[FakeAnthropicThread]:
 
 
 @pytest.fixture
-def server_process(tmp_path: Path, fake_model_thread: FakeAnthropicThread) -> Iterator[ServerProcess]:
-    """A started `general-agent serve` subprocess (state in tmp_path) talking to the fake model.
+def server_processes(tmp_path: Path, fake_model_thread: FakeAnthropicThread) -> Iterator[ServerProcesses]:
+    """Makes `general-agent serve` subprocesses (state in tmp_path) talking to the fake model, not started, so
+    a test can kill and restart one on the same state directory.
 
-    Its process group is SIGKILLed at teardown, also when the test (or the start) failed.
+    Every process group made is SIGKILLed at teardown, also when the test (or a start) failed.
     """
-    state_dir = tmp_path / "state"
-    state_dir.mkdir()
-    server = ServerProcess(
-        state_dir=state_dir, env=server_env(fake_model_thread.base_url), log_path=tmp_path / "server.log"
-    )
+    processes = ServerProcesses(root=tmp_path, model_url=fake_model_thread.base_url)
     try:
-        server.start()
-        yield server
+        yield processes
     finally:
-        server.kill()
+        processes.kill_all()
+
+
+@pytest.fixture
+def server_process(server_processes: ServerProcesses) -> ServerProcess:
+    """A started `general-agent serve` subprocess with default settings (see `server_processes`)."""
+    server = server_processes.make()
+    server.start()
+    return server
 
 
 def build_go_command(tmp_path_factory: pytest.TempPathFactory, command: str) -> Path:

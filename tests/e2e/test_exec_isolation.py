@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
-import pytest
 
 from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
 from general_agent.v1 import agent_service_pb2_grpc, session_pb2
@@ -24,18 +22,12 @@ from tests.e2e.conftest import require_executable
 from tests.support.events import last_of
 from tests.support.hook_host import wait_until
 from tests.support.rpc import create_session, stream_turn
-from tests.support.subprocess_server import ServerProcess, server_env
+from tests.support.subprocess_server import ServerProcess, ServerProcesses
 
 NOBODY = 65534
 MARKER = "GA_PLANTED_MARKER"
 MARKER_VALUE = f"planted-marker-{secrets.token_hex(8)}"
 API_KEY = f"sk-ant-planted-{secrets.token_hex(12)}"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeAnthropicThread]:
-    with FakeAnthropicThread() as fake:
-        yield fake
 
 
 def probes(pid: int, state: Path) -> dict[str, str]:
@@ -58,19 +50,18 @@ def exec_round(commands: dict[str, str]) -> Reply:
     )
 
 
-async def probe(tmp_path: Path, fake: FakeAnthropicThread, *, prefix: list[str], owner: int) -> dict[str, str]:
+async def probe(
+    servers: ServerProcesses, fake: FakeAnthropicThread, *, prefix: list[str], owner: int
+) -> dict[str, str]:
     """Starts the server (through `prefix`, its state directory owned by `owner`), runs every probe in a CODING
     session, checks that none read the server, and returns their outputs by name."""
-    state = tmp_path / "state"
-    state.mkdir()
-    os.chown(state, owner, owner)
-    extra = {MARKER: MARKER_VALUE, "GENERAL_AGENT_WORKSPACE_DIR": str(state / "ws")}
-    env = server_env(fake.base_url, api_key=API_KEY, extra=extra)
-    server = ServerProcess(state_dir=state, env=env, log_path=tmp_path / "server.log", prefix=prefix)
+    server = servers.make(api_key=API_KEY, extra={MARKER: MARKER_VALUE}, prefix=prefix)
+    os.chown(server.state_dir, owner, owner)
+    server.env["GENERAL_AGENT_WORKSPACE_DIR"] = str(server.state_dir / "ws")
+    server.start()
+    assert server.process is not None
+    pid = server.process.pid
     try:
-        server.start()
-        assert server.process is not None
-        pid = server.process.pid
         outputs, background = await run_probes(server, fake, pid)
     finally:
         server.kill()
@@ -113,15 +104,17 @@ async def run_probes(server: ServerProcess, fake: FakeAnthropicThread, pid: int)
 
 
 async def test_commands_of_a_root_server_run_as_nobody_and_read_nothing(
-    tmp_path: Path, fake: FakeAnthropicThread
+    server_processes: ServerProcesses, fake_model_thread: FakeAnthropicThread
 ) -> None:
     assert os.geteuid() == 0, "this test starts the server as root (CI runs as root)"
-    outputs = await probe(tmp_path, fake, prefix=[], owner=0)
+    outputs = await probe(server_processes, fake_model_thread, prefix=[], owner=0)
     assert "Permission denied" in outputs["state_db"]
     assert "read-the-database" not in outputs["state_db"]
 
 
-async def test_commands_of_an_unprivileged_server_cannot_read_it(tmp_path: Path, fake: FakeAnthropicThread) -> None:
+async def test_commands_of_an_unprivileged_server_cannot_read_it(
+    server_processes: ServerProcesses, fake_model_thread: FakeAnthropicThread
+) -> None:
     # The interpreter and the checkout may sit where uid 65534 cannot read (under /root): the server gets
     # CAP_DAC_READ_SEARCH as an ambient capability to reach them. Its commands inherit it too, so what keeps
     # them out of the server's /proc files is only that the server is non-dumpable (same uid, same
@@ -129,4 +122,4 @@ async def test_commands_of_an_unprivileged_server_cannot_read_it(tmp_path: Path,
     setpriv = require_executable("setpriv")
     caps = ["--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"]
     prefix = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *caps, "--"]
-    await probe(tmp_path, fake, prefix=prefix, owner=NOBODY)
+    await probe(server_processes, fake_model_thread, prefix=prefix, owner=NOBODY)

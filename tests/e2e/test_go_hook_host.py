@@ -21,7 +21,7 @@ from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from tests.e2e.conftest import build_go_command
 from tests.support.events import kinds, last_of
-from tests.support.subprocess_server import ServerProcess, server_env
+from tests.support.subprocess_server import ServerProcess
 
 READY_TIMEOUT = 30.0
 RPC_TIMEOUT = 30.0
@@ -31,21 +31,6 @@ RPC_TIMEOUT = 30.0
 def go_hookhost_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """clients/go/cmd/hookhost, built once per test session."""
     return build_go_command(tmp_path_factory, "hookhost")
-
-
-@pytest.fixture
-def hook_server_process(tmp_path: Path, fake_model_thread: FakeAnthropicThread) -> Iterator[ServerProcess]:
-    """`general-agent serve` with default settings: the Go host registers a loopback target, which the operator
-    (every caller, without authentication) may do without an SSRF allow-list."""
-    state_dir = tmp_path / "state"
-    state_dir.mkdir()
-    env = server_env(fake_model_thread.base_url)
-    server = ServerProcess(state_dir=state_dir, env=env, log_path=tmp_path / "server.log")
-    try:
-        server.start()
-        yield server
-    finally:
-        server.kill()
 
 
 @dataclass
@@ -78,9 +63,12 @@ class HookHost:
 
 
 @pytest.fixture
-def go_hook_host(go_hookhost_binary: Path, hook_server_process: ServerProcess) -> Iterator[HookHost]:
-    """The Go host, started against the server and ready (registered); killed at teardown if still running."""
-    command = [str(go_hookhost_binary), "-addr", hook_server_process.address]
+def go_hook_host(go_hookhost_binary: Path, server_process: ServerProcess) -> Iterator[HookHost]:
+    """The Go host, started against the server and ready (registered); killed at teardown if still running.
+
+    The server has default settings: the Go host registers a loopback target, which the operator (every
+    caller, without authentication) may do without an SSRF allow-list."""
+    command = [str(go_hookhost_binary), "-addr", server_process.address]
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8"
     ) as process:
@@ -91,7 +79,7 @@ def go_hook_host(go_hookhost_binary: Path, hook_server_process: ServerProcess) -
             deadline = time.monotonic() + READY_TIMEOUT
             address = host.next_line(deadline)
             assert address.startswith("address 127.0.0.1:"), host.stdout
-            assert host.next_line(deadline) == "ready", f"{host.stdout}\n{hook_server_process.log()}"
+            assert host.next_line(deadline) == "ready", f"{host.stdout}\n{server_process.log()}"
             yield host
         finally:
             if process.poll() is None:
@@ -106,13 +94,13 @@ def registrations(stub: agent_service_pb2_grpc.AgentServiceStub) -> list[hook_re
 
 
 def test_go_host_blocks_read_and_unregisters_on_sigterm(
-    go_hook_host: HookHost, hook_server_process: ServerProcess, fake_model_thread: FakeAnthropicThread
+    go_hook_host: HookHost, server_process: ServerProcess, fake_model_thread: FakeAnthropicThread
 ) -> None:
     fake_model_thread.enqueue(
         Reply(blocks=[ToolUseBlock(id="t1", name="read", input={"path": "notes.txt"})], stop_reason="tool_use"),
         TextReply("understood"),
     )
-    with grpc.insecure_channel(hook_server_process.address) as channel:
+    with grpc.insecure_channel(server_process.address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         [registration] = registrations(stub)
         assert registration.plugin_id == "go-host"
@@ -128,7 +116,7 @@ def test_go_host_blocks_read_and_unregisters_on_sigterm(
         events = [response.event for response in stub.StreamTurn(request, timeout=RPC_TIMEOUT)]
 
         assert kinds(events)[:5] == ["run_started", "usage_snapshot", "tool_call", "tool_error", "turn_complete"]
-        assert last_of(events, "tool_error").error == "blocked by go host", hook_server_process.log()
+        assert last_of(events, "tool_error").error == "blocked by go host", server_process.log()
         requests = fake_model_thread.wait_for_requests(2, timeout=5.0)
         tool_result = requests[1].messages[-1]["content"][0]
         assert (tool_result["type"], tool_result["is_error"]) == ("tool_result", True)

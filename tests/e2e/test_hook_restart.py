@@ -3,8 +3,7 @@ tenant-wide and a per-session registration made before a SIGKILL still block a t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -22,7 +21,7 @@ from general_agent.v1 import (
 from general_agent.v1 import session_messages_pb2 as session_api
 from tests.support.events import last_of
 from tests.support.rpc import stream_turn
-from tests.support.subprocess_server import ServerProcess, server_env
+from tests.support.subprocess_server import ServerProcesses
 
 _HookServiceBase: Any = hook_service_pb2_grpc.HookServiceServicer
 
@@ -36,22 +35,6 @@ class BlockingHost(_HookServiceBase):  # type: ignore[misc]
         return hook_service_pb2.BeforeToolCallResponse(
             result=hook_pb2.BeforeToolCallResult(block=True, block_reason=f"blocked by {request.context.plugin_id}")
         )
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeAnthropicThread]:
-    with FakeAnthropicThread() as fake:
-        yield fake
-
-
-@pytest.fixture
-def server_process(tmp_path: Path, fake: FakeAnthropicThread) -> Iterator[ServerProcess]:
-    state = tmp_path / "state"
-    state.mkdir()
-    env = server_env(fake.base_url, extra={"GENERAL_AGENT_SSRF_ALLOW_HOSTS": "127.0.0.1"})
-    process = ServerProcess(state_dir=state, env=env, log_path=tmp_path / "server.log")
-    yield process
-    process.kill()
 
 
 @pytest.fixture
@@ -78,9 +61,10 @@ def read_call(call_id: str) -> Reply:
 
 
 async def test_registrations_survive_a_sigkill(
-    server_process: ServerProcess, fake: FakeAnthropicThread, host: tuple[BlockingHost, str]
+    server_processes: ServerProcesses, fake_model_thread: FakeAnthropicThread, host: tuple[BlockingHost, str]
 ) -> None:
     servicer, address = host
+    server_process = server_processes.make(extra={"GENERAL_AGENT_SSRF_ALLOW_HOSTS": "127.0.0.1"})
     before = server_process.start()
     async with grpc.aio.insecure_channel(before) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
@@ -96,7 +80,7 @@ async def test_registrations_survive_a_sigkill(
     server_process.kill()  # no shutdown path runs
 
     after = server_process.start()
-    fake.enqueue(read_call("toolu_1"), TextReply("blocked"))
+    fake_model_thread.enqueue(read_call("toolu_1"), TextReply("blocked"))
     async with grpc.aio.insecure_channel(after) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         listed = await stub.ListHookRegistrations(hook_registration_pb2.ListHookRegistrationsRequest())

@@ -5,7 +5,6 @@ tool_use blocks and the results in one model request, nothing duplicated."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -17,36 +16,23 @@ from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from tests.support.events import kinds, last_of, sequences, text_of
 from tests.support.rpc import create_session, events_after, stream_turn
-from tests.support.subprocess_server import ServerProcess, server_env
+from tests.support.subprocess_server import ServerProcess, ServerProcesses
 
 LOOKUP_SCHEMA = '{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}'
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeAnthropicThread]:
-    with FakeAnthropicThread() as fake:
-        yield fake
-
-
-@pytest.fixture
-def server(tmp_path: Path, fake: FakeAnthropicThread) -> Iterator[ServerProcess]:
-    state = tmp_path / "state"
-    state.mkdir()
-    process = ServerProcess(
-        state_dir=state,
-        env=server_env(fake.base_url, extra={"GENERAL_AGENT_WORKSPACE_DIR": str(tmp_path / "ws")}),
-        log_path=tmp_path / "server.log",
-    )
-    yield process
-    process.kill()
+def server(server_processes: ServerProcesses, tmp_path: Path) -> ServerProcess:
+    """Not started: each test starts it, kills or stops it, and starts it again on the same state."""
+    return server_processes.make(extra={"GENERAL_AGENT_WORKSPACE_DIR": str(tmp_path / "ws")})
 
 
 @pytest.mark.parametrize("calls", [1, 3])
 async def test_hosted_results_submitted_after_sigkill_continue_the_run(
-    server: ServerProcess, fake: FakeAnthropicThread, calls: int
+    server: ServerProcess, fake_model_thread: FakeAnthropicThread, calls: int
 ) -> None:
     ids = [f"toolu_{i}" for i in range(calls)]
-    fake.enqueue(
+    fake_model_thread.enqueue(
         Reply(
             blocks=[TextBlock("Looking up."), *(ToolUseBlock(id=i, name="lookup", input={"q": i}) for i in ids)],
             stop_reason="tool_use",
@@ -97,8 +83,8 @@ async def test_hosted_results_submitted_after_sigkill_continue_the_run(
         log = await events_after(stub, sid, 0, final[-1].sequence)
         assert sequences(log) == sorted(set(sequences(log)))
         assert [e.WhichOneof("event") for e in log].count("run_started") == 1
-    assert len(fake.requests) == 2  # nothing re-sent, nothing duplicated
-    messages = fake.requests[1].messages
+    assert len(fake_model_thread.requests) == 2  # nothing re-sent, nothing duplicated
+    messages = fake_model_thread.requests[1].messages
     assert messages[0] == {"role": "user", "content": [{"type": "text", "text": "Look these up."}]}
     assert messages[1]["role"] == "assistant"
     assert [b["id"] for b in messages[1]["content"] if b["type"] == "tool_use"] == ids
@@ -109,7 +95,7 @@ async def test_hosted_results_submitted_after_sigkill_continue_the_run(
 
 
 async def test_watcher_reattaches_after_a_server_restart_without_gap_or_duplicate(
-    server: ServerProcess, fake: FakeAnthropicThread
+    server: ServerProcess, fake_model_thread: FakeAnthropicThread
 ) -> None:
     address = server.start()
     async with grpc.aio.insecure_channel(address) as channel:
@@ -125,7 +111,7 @@ async def test_watcher_reattaches_after_a_server_restart_without_gap_or_duplicat
                     return
 
         follower = asyncio.create_task(follow())
-        fake.enqueue(TextReply("first answer", chunks=["first ", "answer"]))
+        fake_model_thread.enqueue(TextReply("first answer", chunks=["first ", "answer"]))
         await stream_turn(stub, sid, "one")
         await asyncio.wait_for(follower, 10)
         watch.cancel()
@@ -135,7 +121,7 @@ async def test_watcher_reattaches_after_a_server_restart_without_gap_or_duplicat
     address = server.start()
     async with grpc.aio.insecure_channel(address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
-        fake.enqueue(TextReply("second answer"))
+        fake_model_thread.enqueue(TextReply("second answer"))
         second = await stream_turn(stub, sid, "two")
         resumed = await events_after(stub, sid, cursor, second[-1].sequence)
     combined = sequences(seen) + sequences(resumed)
@@ -147,9 +133,9 @@ async def test_watcher_reattaches_after_a_server_restart_without_gap_or_duplicat
 
 
 async def test_graceful_shutdown_keeps_a_suspended_run_suspended(
-    server: ServerProcess, fake: FakeAnthropicThread
+    server: ServerProcess, fake_model_thread: FakeAnthropicThread
 ) -> None:
-    fake.enqueue(
+    fake_model_thread.enqueue(
         Reply(blocks=[ToolUseBlock(id="toolu_x", name="lookup", input={"q": "x"})], stop_reason="tool_use"),
         TextReply("finished after the restart"),
     )

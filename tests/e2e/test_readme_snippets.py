@@ -25,7 +25,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +38,7 @@ from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from tests.e2e.conftest import REPO, describe_run
 from tests.support.events import last_of
-from tests.support.subprocess_server import ServerProcess, server_env
+from tests.support.subprocess_server import ServerProcess, ServerProcesses
 
 MAKE_RUN_ADDRESS = "127.0.0.1:50051"
 DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -90,31 +90,18 @@ ALL_SNIPPETS = [snippet for document in DOCUMENTS for snippet in snippets(docume
 class Servers:
     fake: FakeAnthropicThread
     root: Path
-    started: list[ServerProcess]
+    processes: ServerProcesses
 
     def start(self, *, extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> ServerProcess:
-        state_dir = self.root / f"state-{len(self.started)}"
-        state_dir.mkdir()
-        server = ServerProcess(
-            state_dir=state_dir,
-            env=server_env(self.fake.base_url, extra=env),
-            log_path=self.root / f"server-{len(self.started)}.log",
-            extra_args=list(extra_args),
-        )
-        self.started.append(server)
+        server = self.processes.make(extra=env, extra_args=extra_args)
         server.start()
         return server
 
 
 @pytest.fixture
-def servers(tmp_path: Path, fake_model_thread: FakeAnthropicThread) -> Iterator[Servers]:
-    """Starts `general-agent serve` subprocesses on demand; every one is killed at the end."""
-    started: list[ServerProcess] = []
-    try:
-        yield Servers(fake_model_thread, tmp_path, started)
-    finally:
-        for server in started:
-            server.kill()
+def servers(tmp_path: Path, fake_model_thread: FakeAnthropicThread, server_processes: ServerProcesses) -> Servers:
+    """Starts `general-agent serve` subprocesses on demand; every one is killed at the end (`server_processes`)."""
+    return Servers(fake_model_thread, tmp_path, server_processes)
 
 
 def run(command: list[str], *, cwd: Path, server: ServerProcess | None = None) -> subprocess.CompletedProcess[str]:

@@ -3,49 +3,33 @@ next process continues the conversation with the stored history."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import grpc
-import pytest
 
-from general_agent.testing import FakeAnthropicThread, HangReply, TextReply
+from general_agent.testing import FakeAnthropicThread, TextReply
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2
 from general_agent.v1 import session_messages_pb2 as session_api
-from general_agent.v1 import turn_pb2 as turn_api
 from tests.support.events import last_of, text_of
-from tests.support.rpc import create_session, events_after, stream_turn, text_input
-from tests.support.subprocess_server import ServerProcess, server_env
+from tests.support.rpc import create_session, events_after, stream_turn
+from tests.support.runs import start_hanging_run
+from tests.support.subprocess_server import ServerProcesses
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeAnthropicThread]:
-    with FakeAnthropicThread() as fake:
-        yield fake
-
-
-@pytest.fixture
-def make_server(tmp_path: Path, fake: FakeAnthropicThread) -> Iterator[ServerProcess]:
-    state = tmp_path / "state"
-    state.mkdir()
-    process = ServerProcess(state_dir=state, env=server_env(fake.base_url), log_path=tmp_path / "server.log")
-    yield process
-    process.kill()
-
-
-async def test_history_survives_sigkill_and_resume(make_server: ServerProcess, fake: FakeAnthropicThread) -> None:
-    address = make_server.start()
-    fake.enqueue(TextReply("The code word is BLUE."))
+async def test_history_survives_sigkill_and_resume(
+    server_processes: ServerProcesses, fake_model_thread: FakeAnthropicThread
+) -> None:
+    server = server_processes.make()
+    address = server.start()
+    fake_model_thread.enqueue(TextReply("The code word is BLUE."))
     async with grpc.aio.insecure_channel(address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         session = await create_session(stub, system_prompt="remember things")
         sid = session.identity.session_id
         first = await stream_turn(stub, sid, "Remember the code word.")
         assert text_of(first) == "The code word is BLUE."
-    make_server.kill()  # SIGKILL: no shutdown path runs
+    server.kill()  # SIGKILL: no shutdown path runs
 
-    address = make_server.start()
-    fake.enqueue(TextReply("It was BLUE."))
+    address = server.start()
+    fake_model_thread.enqueue(TextReply("It was BLUE."))
     async with grpc.aio.insecure_channel(address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         resumed = (await stub.ResumeSession(session_api.ResumeSessionRequest(session_id=sid))).session
@@ -54,7 +38,7 @@ async def test_history_survives_sigkill_and_resume(make_server: ServerProcess, f
         second = await stream_turn(stub, sid, "What was it?")
         assert last_of(second, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
         assert second[0].sequence > first[-1].sequence
-    request = fake.requests[-1]
+    request = fake_model_thread.requests[-1]
     assert request.system_text == "remember things"
     assert request.messages == [
         {"role": "user", "content": [{"type": "text", "text": "Remember the code word."}]},
@@ -67,25 +51,19 @@ async def test_history_survives_sigkill_and_resume(make_server: ServerProcess, f
 
 
 async def test_a_run_killed_mid_stream_is_marked_interrupted(
-    make_server: ServerProcess, fake: FakeAnthropicThread
+    server_processes: ServerProcesses, fake_model_thread: FakeAnthropicThread
 ) -> None:
-    address = make_server.start()
-    hang = HangReply(after_events=4, reply=TextReply("never finished", chunks=["never ", "finished"]))
-    fake.enqueue(hang)
+    server = server_processes.make()
+    address = server.start()
     async with grpc.aio.insecure_channel(address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         sid = (await create_session(stub)).identity.session_id
-        call = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("start")))
-        seen = []
-        async for response in call:
-            seen.append(response.event)
-            if response.event.WhichOneof("event") == "assistant_delta":
-                break
-        make_server.kill()
-        call.cancel()
-    hang.release()
+        run = await start_hanging_run(stub, fake_model_thread, sid, "start")
+        server.kill()
+        run.call.cancel()
+    run.reply.release()
 
-    address = make_server.start()
+    address = server.start()
     async with grpc.aio.insecure_channel(address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         session = (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session
@@ -94,20 +72,21 @@ async def test_a_run_killed_mid_stream_is_marked_interrupted(
         finished = last_of(log, "run_finished")
         assert finished.outcome == event_pb2.RUN_OUTCOME_FAILED
         assert finished.reason == event_pb2.RUN_REASON_INTERRUPTED
-        assert log[-1].run_id == seen[0].run_id
+        assert log[-1].run_id == run.run_id
         # Sequences sent before the crash are never reused.
-        assert log[-1].sequence > max(e.sequence for e in seen)
-        fake.enqueue(TextReply("back again"))
+        assert log[-1].sequence > max(e.sequence for e in run.seen)
+        fake_model_thread.enqueue(TextReply("back again"))
         events = await stream_turn(stub, sid, "are you there?")
         assert text_of(events) == "back again"
         assert events[0].sequence > log[-1].sequence
 
 
-async def test_sigterm_shuts_down_gracefully(make_server: ServerProcess, fake: FakeAnthropicThread) -> None:
-    address = make_server.start()
+async def test_sigterm_shuts_down_gracefully(server_processes: ServerProcesses) -> None:
+    server = server_processes.make()
+    address = server.start()
     async with grpc.aio.insecure_channel(address) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         sid = (await create_session(stub)).identity.session_id
         await stream_turn(stub, sid, "hello")
-    assert make_server.terminate() == 0
-    assert "server stopped" in make_server.log()
+    assert server.terminate() == 0
+    assert "server stopped" in server.log()

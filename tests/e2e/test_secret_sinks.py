@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from tests.support.events import last_of
 from tests.support.fake_web import BRAVE_PATH, FIRECRAWL_PATH, FakeWeb
 from tests.support.hook_host import SDK_NATIVE_HOOKS, HookHost, binding, registration
 from tests.support.rpc import Stub, create_session, events_after, stream_turn
-from tests.support.subprocess_server import ServerProcess, server_env
+from tests.support.subprocess_server import ServerProcess, ServerProcesses
 
 REDACTED = "[REDACTED]"
 SECRETS = {
@@ -60,20 +60,14 @@ class Env:
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeAnthropicThread]:
-    with FakeAnthropicThread() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def env(tmp_path: Path, fake: FakeAnthropicThread) -> AsyncIterator[Env]:
+async def env(
+    tmp_path: Path, server_processes: ServerProcesses, fake_model_thread: FakeAnthropicThread
+) -> AsyncIterator[Env]:
     key_file = tmp_path / "profile.key"
     key_file.write_text(SECRETS["profile"] + "\n")
     key_file.chmod(0o600)
     config = tmp_path / "config.toml"
     config.write_text(f'[auth_profiles.filed]\napi_key_file = "{key_file}"\n')
-    state = tmp_path / "state"
-    state.mkdir()
     hooks = HookHost()
     await hooks.start()
     async with FakeWeb() as web:
@@ -88,11 +82,12 @@ async def env(tmp_path: Path, fake: FakeAnthropicThread) -> AsyncIterator[Env]:
             "FIRECRAWL_API_KEY": SECRETS["firecrawl"],
             "BRAVE_API_KEY": SECRETS["brave"],
         }
-        environment = server_env(fake.base_url, api_key=SECRETS["env"], extra=extra)
-        server = ServerProcess(state_dir=state, env=environment, log_path=tmp_path / "server.log")
+        server = server_processes.make(api_key=SECRETS["env"], extra=extra)
         server.start()
         try:
-            yield Env(server=server, fake=fake, web=web, hooks=hooks, workspaces=tmp_path / "ws" / "default")
+            yield Env(
+                server=server, fake=fake_model_thread, web=web, hooks=hooks, workspaces=tmp_path / "ws" / "default"
+            )
         finally:
             server.kill()
             await hooks.stop()

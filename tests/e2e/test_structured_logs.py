@@ -6,18 +6,16 @@ redactor."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import grpc
-import pytest
 
 from general_agent.testing import FakeAnthropicThread, Reply, TextBlock, TextReply, ToolUseBlock
 from general_agent.v1 import agent_service_pb2_grpc, hook_registration_pb2
 from general_agent.v1 import turn_pb2 as turn_api
 from tests.support.hook_host import HookHost, registration
 from tests.support.rpc import create_session, text_input
-from tests.support.subprocess_server import ServerProcess, server_env
+from tests.support.subprocess_server import ServerProcess, ServerProcesses
 
 API_KEY = "sk-ant-log-test-key-0123456789"
 PLANTED = "sk-ant-planted-secret-9876543210"
@@ -35,16 +33,13 @@ def log_lines(server: ServerProcess) -> list[dict[str, Any]]:
     return [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
 
 
-async def drive_two_turns(tmp_path: Path, fake: FakeAnthropicThread, level: str) -> tuple[ServerProcess, list[str]]:
+async def drive_two_turns(
+    servers: ServerProcesses, fake: FakeAnthropicThread, level: str
+) -> tuple[ServerProcess, list[str]]:
     """Two runs on one session, the first with a tool round, under a remote before_tool_call hook."""
-    state_dir = tmp_path / "state"
-    state_dir.mkdir()
-    env = server_env(
-        fake.base_url,
-        api_key=API_KEY,
-        extra={"GENERAL_AGENT_SSRF_ALLOW_HOSTS": "127.0.0.1", "GENERAL_AGENT_LOG_LEVEL": level},
+    server = servers.make(
+        api_key=API_KEY, extra={"GENERAL_AGENT_SSRF_ALLOW_HOSTS": "127.0.0.1", "GENERAL_AGENT_LOG_LEVEL": level}
     )
-    server = ServerProcess(state_dir=state_dir, env=env, log_path=tmp_path / "server.log")
     server.start()
     host = HookHost()
     await host.start()
@@ -85,13 +80,10 @@ def run_lines(lines: list[dict[str, Any]], run_ids: list[str]) -> list[dict[str,
     return [line for line in lines if line.get("run_id") in run_ids]
 
 
-@pytest.fixture
-def fake(fake_model_thread: FakeAnthropicThread) -> FakeAnthropicThread:
-    return fake_model_thread
-
-
-async def test_info_logs_carry_every_category_with_ids_and_no_body(tmp_path: Path, fake: FakeAnthropicThread) -> None:
-    server, run_ids = await drive_two_turns(tmp_path, fake, "INFO")
+async def test_info_logs_carry_every_category_with_ids_and_no_body(
+    server_processes: ServerProcesses, fake_model_thread: FakeAnthropicThread
+) -> None:
+    server, run_ids = await drive_two_turns(server_processes, fake_model_thread, "INFO")
     lines = log_lines(server)
     ours = run_lines(lines, run_ids)
     assert RUN_CATEGORIES | {"system"} <= {line["category"] for line in ours}, server.log()
@@ -118,8 +110,10 @@ async def test_info_logs_carry_every_category_with_ids_and_no_body(tmp_path: Pat
     assert API_KEY not in text
 
 
-async def test_debug_logs_add_bodies_through_the_redactor(tmp_path: Path, fake: FakeAnthropicThread) -> None:
-    server, run_ids = await drive_two_turns(tmp_path, fake, "DEBUG")
+async def test_debug_logs_add_bodies_through_the_redactor(
+    server_processes: ServerProcesses, fake_model_thread: FakeAnthropicThread
+) -> None:
+    server, run_ids = await drive_two_turns(server_processes, fake_model_thread, "DEBUG")
     ours = run_lines(log_lines(server), run_ids)
     assert RUN_CATEGORIES | {"system", "provider_debug"} <= {line["category"] for line in ours}
     bodies = {line["category"]: line["body"] for line in ours if "body" in line}

@@ -11,8 +11,9 @@ import grpc
 import pytest
 from google.protobuf import duration_pb2, struct_pb2
 from google.protobuf.message import Message
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import status_pb2
 
+from general_agent import AgentError
 from general_agent.v1 import (
     checkpoint_pb2,
     content_pb2,
@@ -26,7 +27,7 @@ from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
 from tests.support.proto_fuzz import SERVICE, EnumSite, callable_for, enum_sites, message_class, out_of_range, with_enum
-from tests.support.rpc import DecodedError, Stub, create_session, rpc_error
+from tests.support.rpc import Stub, create_session, decode_status, rpc_error
 
 ENUM_SITES = [(method.name, site) for method in SERVICE.methods for site in enum_sites(method.input_type)]
 ENUM_CASES = [
@@ -43,7 +44,7 @@ async def channel(server: RunningServer) -> AsyncIterator[grpc.aio.Channel]:
         yield channel
 
 
-async def call(channel: grpc.aio.Channel, method: str, request: Message | bytes) -> DecodedError:
+async def call(channel: grpc.aio.Channel, method: str, request: Message | bytes) -> AgentError:
     """Sends one request (a unary or server-streaming call, or the first message of a stream) that must
     fail, and decodes the status."""
     descriptor = SERVICE.methods_by_name[method]
@@ -67,16 +68,10 @@ async def run_session(channel: grpc.aio.Channel, session_id: str, later: Message
 
 
 def violations(status: status_pb2.Status) -> list[str]:
-    fields: list[str] = []
-    for detail in status.details:
-        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            fields.extend(v.field for v in bad.field_violations)
-    return fields
+    return [field for field, _ in decode_status(status).field_violations]
 
 
-def assert_named(error: DecodedError, field: str, reason: str = "INVALID_ARGUMENT") -> None:
+def assert_named(error: AgentError, field: str, reason: str = "INVALID_ARGUMENT") -> None:
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, reason), error
     assert [f for f, _ in error.field_violations] == [field], error
     assert not any(marker in error.message for marker in INTERNALS), error.message
@@ -179,7 +174,10 @@ async def test_a_corrupt_later_run_session_message_is_a_rejected_command(channel
 async def test_a_refused_later_command_keeps_its_command_id(channel: grpc.aio.Channel, stub: Stub) -> None:
     session = await create_session(stub)
     later = run_session_api.RunSessionRequest(
-        turn=run_session_api.RunSessionTurn(command_id="c-1", options=turn_api.TurnOptions(busy_policy=77))  # type: ignore[arg-type]
+        turn=run_session_api.RunSessionTurn(
+            command_id="c-1",
+            options=turn_api.TurnOptions(busy_policy=77),  # type: ignore[arg-type]
+        )
     )
     responses = await run_session(channel, session.identity.session_id, later)
     results = [r.command_result for r in responses if r.WhichOneof("response") == "command_result"]

@@ -15,7 +15,7 @@ from general_agent.v1 import agent_service_pb2_grpc, checkpoint_pb2, session_pb2
 from general_agent.v1 import turn_pb2 as turn_api
 from tests.conftest import ServerFactory
 from tests.support.events import last_of
-from tests.support.rpc import Stub, create_session, rpc_error, stream_turn, text_input
+from tests.support.rpc import Stub, create_session, read_until, rpc_error, stream_turn, text_input
 
 PATCH = """*** Begin Patch
 *** Update File: notes.txt
@@ -157,9 +157,7 @@ async def test_bounds_drop_the_oldest_and_errors(
         hang = HangReply(after_events=2, reply=TextReply("later"))
         fake_model.enqueue(hang)
         turn = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("wait")))
-        async for response in turn:
-            if response.event.WhichOneof("event") == "run_started":
-                break
+        await read_until(turn, "run_started")
         oldest = (await checkpoints(stub, sid))[-1].checkpoint_id
         busy = await rpc_error(
             stub.RestoreCheckpoint(checkpoint_pb2.RestoreCheckpointRequest(session_id=sid, checkpoint_id=oldest))

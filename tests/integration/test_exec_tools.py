@@ -18,7 +18,7 @@ from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of
-from tests.support.rpc import Stub, create_session, stream_turn, text_input
+from tests.support.rpc import Stub, create_session, read_until, stream_turn, text_input
 
 
 @pytest.fixture
@@ -170,11 +170,7 @@ async def test_stop_during_a_long_command_kills_its_process_group(
     command = "(sleep 300 & echo $! > grandchild.pid; wait) & sleep 300"
     fake_model.enqueue(exec_call("toolu_long", command=command))
     turn = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("run forever")))
-    seen = []
-    async for response in turn:
-        seen.append(response.event)
-        if response.event.WhichOneof("event") == "tool_call":
-            break
+    seen = await read_until(turn, "tool_call")
     pid_file = workspace / "grandchild.pid"
     await wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), "the grandchild started")
     grandchild = int(pid_file.read_text())
@@ -206,12 +202,7 @@ async def test_background_processes_die_with_a_cancelled_run_and_a_deleted_sessi
         HangReply(after_events=2, reply=TextReply("never")),
     )
     turn = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("start another")))
-    run_id = ""
-    async for response in turn:
-        if response.event.WhichOneof("event") == "run_started":
-            run_id = response.event.run_id
-        if response.event.WhichOneof("event") == "tool_result":
-            break
+    run_id = (await read_until(turn, "tool_result"))[0].run_id
     doomed_file = workspace / "doomed.pid"
     await wait_for(lambda: doomed_file.exists() and doomed_file.read_text().strip(), "the doomed process started")
     doomed = int(doomed_file.read_text())

@@ -13,13 +13,14 @@ from typing import Any
 import grpc
 import pytest
 
-from general_agent.testing import FakeAnthropic, HangReply, Reply, TextBlock, TextReply, ToolUseBlock, Usage
+from general_agent.testing import FakeAnthropic, Reply, TextBlock, TextReply, ToolUseBlock, Usage
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, hosted_tool_pb2, session_pb2
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, text_of
-from tests.support.rpc import Stub, create_session, events_after, rpc_error, stream_turn, text_input
+from tests.support.rpc import Stub, create_session, events_after, get_session, rpc_error, stream_turn, text_input
+from tests.support.runs import start_hanging_run
 
 LOOKUP_SCHEMA_JSON = '{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}'
 
@@ -40,10 +41,6 @@ async def ws_stub(server_factory: ServerFactory, workspace_root: Path) -> AsyncI
 async def fork(stub: Stub, source: str, **fields: Any) -> session_pb2.Session:
     response = await stub.ForkSession(session_api.ForkSessionRequest(source_session_id=source, **fields))
     return response.session
-
-
-async def get_session(stub: Stub, sid: str) -> session_pb2.Session:
-    return (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session
 
 
 async def history(stub: Stub, sid: str) -> list[Any]:
@@ -251,12 +248,7 @@ async def test_fork_while_a_run_is_in_flight(stub: Stub, fake_model: FakeAnthrop
     sid = (await create_session(stub)).identity.session_id
     fake_model.enqueue(TextReply("done one"))
     first = await stream_turn(stub, sid, "one")
-    gate = HangReply(after_events=4, reply=TextReply("partial rest", chunks=["partial ", "rest"]))
-    fake_model.enqueue(gate)
-    running = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("two")))
-    async for response in running:
-        if response.event.WhichOneof("event") == "assistant_delta":
-            break
+    running = await start_hanging_run(stub, fake_model, sid, "two")
     forked = await asyncio.wait_for(fork(stub, sid), 10)
     assert forked.forked_from.at_sequence == first[-1].sequence
     assert forked.history_message_count == 2
@@ -265,8 +257,8 @@ async def test_fork_while_a_run_is_in_flight(stub: Stub, fake_model: FakeAnthrop
         "message",
         "assistant",
     ]
-    gate.release()
-    rest = [r.event async for r in running]
+    running.reply.release()
+    rest = await running.rest()
     assert last_of(rest, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
 
 

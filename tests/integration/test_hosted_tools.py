@@ -19,7 +19,15 @@ from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, sequences, text_of
-from tests.support.rpc import Stub, create_session, rpc_error, stream_turn, text_input
+from tests.support.rpc import (
+    Stub,
+    create_session,
+    get_session,
+    rpc_error,
+    stream_turn,
+    text_input,
+    watch_until_terminal,
+)
 
 LOOKUP_SCHEMA_JSON = (
     '{"type":"object","properties":{"q":{"type":"string"},"n":{"type":"integer","maximum":12345678901234567}},'
@@ -49,28 +57,9 @@ async def hosted_session(stub: Stub, *tools: Any) -> str:
     return session.identity.session_id
 
 
-async def get_session(stub: Stub, sid: str) -> session_pb2.Session:
-    return (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session
-
-
 async def submit(stub: Stub, sid: str, call_id: str, **result: Any) -> list[Any]:
     request = turn_api.SubmitHostedToolResultRequest(session_id=sid, call_id=call_id, **result)
     return [r.event async for r in stub.SubmitHostedToolResult(request)]
-
-
-async def watch_until_terminal(stub: Stub, sid: str, after: int) -> list[Any]:
-    """Follows the session's log from `after` until a terminal run_finished."""
-    events = []
-    call = stub.WatchSession(turn_api.WatchSessionRequest(session_id=sid, after_sequence=after))
-    async for response in call:
-        events.append(response.event)
-        event = response.event
-        if event.WhichOneof("event") == "run_finished" and event.run_finished.outcome != (
-            event_pb2.RUN_OUTCOME_SUSPENDED
-        ):
-            call.cancel()
-            break
-    return events
 
 
 SUSPENDED_ONE = ["run_started", "assistant_delta", "usage_snapshot", "tool_call", "hosted_tool_call", "run_finished"]

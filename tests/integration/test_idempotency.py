@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import grpc
 
-from general_agent.testing import FakeAnthropic, HangReply, TextReply
+from general_agent.testing import FakeAnthropic, TextReply
 from general_agent.v1 import agent_service_pb2 as api
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import session_pb2
 from general_agent.v1 import turn_pb2 as turn_api
 from tests.support.rpc import Stub, create_session, rpc_error, stream_turn, text_input
+from tests.support.runs import start_hanging_run
 
 # Where each RPC with a request_id is tested (file, test name): a new keyed RPC fails this list until it has one.
 TESTED_ELSEWHERE = {
@@ -105,23 +106,17 @@ async def test_reset_session_resets_once(stub: Stub, fake_model: FakeAnthropic) 
 
 async def test_inject_message_is_injected_once(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = (await create_session(stub)).identity.session_id
-    hang = HangReply(after_events=4, reply=TextReply("partial rest", chunks=["partial ", "rest"]))
-    fake_model.enqueue(hang, TextReply("done"))
-    turn = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("long task")))
-    async for response in turn:
-        if response.event.WhichOneof("event") == "assistant_delta":
-            run_id = response.event.run_id
-            break
+    run = await start_hanging_run(stub, fake_model, sid, then=[TextReply("done")])
     request = turn_api.InjectMessageRequest(session_id=sid, input=text_input("also this"), request_id="inj-1")
     first = await stub.InjectMessage(request)
     again = await stub.InjectMessage(request)
-    assert (first.accepted, first.run_id) == (True, run_id)
-    assert (again.accepted, again.run_id) == (True, run_id)
+    assert (first.accepted, first.run_id) == (True, run.run_id)
+    assert (again.accepted, again.run_id) == (True, run.run_id)
     await assert_reused(
         stub.InjectMessage(turn_api.InjectMessageRequest(session_id=sid, input=text_input("else"), request_id="inj-1"))
     )
-    hang.release()
-    [r async for r in turn]
+    run.reply.release()
+    await run.rest()
     history = await stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=sid))
     injected = [e for e in history.entries if e.WhichOneof("entry") == "message" and e.message.injected]
     assert len(injected) == 1
@@ -135,12 +130,7 @@ async def test_an_inject_refused_on_an_idle_session_answers_the_same_later(
     sid = (await create_session(stub)).identity.session_id
     request = turn_api.InjectMessageRequest(session_id=sid, input=text_input("hello?"), request_id="inj-idle")
     assert (await stub.InjectMessage(request)).accepted is False
-    hang = HangReply(after_events=4, reply=TextReply("partial rest", chunks=["partial ", "rest"]))
-    fake_model.enqueue(hang)
-    turn = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("go")))
-    async for response in turn:
-        if response.event.WhichOneof("event") == "assistant_delta":
-            break
+    run = await start_hanging_run(stub, fake_model, sid, "go")
     assert (await stub.InjectMessage(request)).accepted is False, "the retry is not applied to the new run"
-    hang.release()
-    [r async for r in turn]
+    run.reply.release()
+    await run.rest()

@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 import pytest
 
+from general_agent import AgentError
 from general_agent.v1 import (
     agent_service_pb2_grpc,
     hook_registration_pb2,
@@ -19,7 +20,7 @@ from general_agent.v1 import (
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent_server.app import RunningServer
 from tests.conftest import ServerFactory
-from tests.support.rpc import DecodedError, Stub, create_session, rpc_error
+from tests.support.rpc import Stub, create_session, rpc_error
 
 LIMITS = {
     "max_system_prompt_bytes": 1000,
@@ -45,7 +46,7 @@ async def limited(server_factory: ServerFactory) -> AsyncIterator[tuple[RunningS
         yield server, agent_service_pb2_grpc.AgentServiceStub(channel)
 
 
-def assert_over(error: DecodedError, field: str, setting: str) -> None:
+def assert_over(error: AgentError, field: str, setting: str) -> None:
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT"), error
     assert [f for f, _ in error.field_violations] == [field], error
     assert error.metadata == {"limit": setting, "value": str(LIMITS[setting])}

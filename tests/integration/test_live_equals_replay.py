@@ -12,7 +12,7 @@ from general_agent.v1 import event_pb2, session_pb2
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from tests.support.events import last_of
-from tests.support.rpc import Stub, create_session, stream_turn
+from tests.support.rpc import Stub, create_session, events_after, stream_turn
 
 SESSIONS = 24
 DELTAS = 1000
@@ -35,17 +35,6 @@ async def watch_until_finished(stub: Stub, session_id: str) -> list[Any]:
     return out
 
 
-async def replay(stub: Stub, session_id: str, last_sequence: int) -> list[Any]:
-    call = stub.WatchSession(turn_api.WatchSessionRequest(session_id=session_id, after_sequence=0))
-    out: list[Any] = []
-    async for response in call:
-        out.append(response.event)
-        if response.event.sequence >= last_sequence:
-            call.cancel()
-            break
-    return out
-
-
 async def one_session(stub: Stub, index: int) -> tuple[list[Any], list[Any], list[Any]]:
     session_id = (await create_session(stub, labels={"load": str(index)})).identity.session_id
     watcher = asyncio.create_task(watch_until_finished(stub, session_id))
@@ -53,7 +42,7 @@ async def one_session(stub: Stub, index: int) -> tuple[list[Any], list[Any], lis
     watched = await watcher
     session = (await stub.GetSession(session_api.GetSessionRequest(session_id=session_id))).session
     assert session.state == session_pb2.SESSION_STATE_IDLE
-    return live, watched, await replay(stub, session_id, session.last_sequence)
+    return live, watched, await events_after(stub, session_id, 0, session.last_sequence)
 
 
 async def test_live_streams_and_replays_carry_identical_events_under_load(

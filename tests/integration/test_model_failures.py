@@ -5,20 +5,13 @@ FAILED/PROVIDER_ERROR with the right code), and a fragment of a message never en
 from __future__ import annotations
 
 import grpc
-from google.rpc import error_details_pb2
 
 from general_agent.testing import CutStreamReply, FakeAnthropic, HangReply, StreamErrorReply, TextReply
 from general_agent.v1 import event_pb2, session_pb2
 from general_agent.v1 import session_messages_pb2 as session_api
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, text_of
-from tests.support.rpc import Stub, connect, create_session, stream_turn
-
-
-def error_info(status: object) -> error_details_pb2.ErrorInfo:
-    info = error_details_pb2.ErrorInfo()
-    status.details[0].Unpack(info)  # type: ignore[attr-defined]
-    return info
+from tests.support.rpc import Stub, connect, create_session, decode_status, stream_turn
 
 
 async def transcript(stub: Stub, session_id: str) -> list[tuple[str, str, bool]]:
@@ -109,7 +102,7 @@ async def test_a_malformed_stream_is_unavailable_not_internal(stub: Stub, fake_m
     finished = last_of(events, "run_finished")
     assert (finished.outcome, finished.reason) == (event_pb2.RUN_OUTCOME_FAILED, event_pb2.RUN_REASON_PROVIDER_ERROR)
     assert finished.error.code == grpc.StatusCode.UNAVAILABLE.value[0]
-    assert error_info(finished.error).reason == "PROVIDER_ERROR"
+    assert decode_status(finished.error).reason == "PROVIDER_ERROR"
 
 
 async def test_an_overloaded_error_event_mid_stream_is_unavailable_with_its_status(
@@ -120,7 +113,7 @@ async def test_an_overloaded_error_event_mid_stream_is_unavailable_with_its_stat
     events = await stream_turn(stub, sid, "hi")
     finished = last_of(events, "run_finished")
     assert finished.error.code == grpc.StatusCode.UNAVAILABLE.value[0]
-    info = error_info(finished.error)
+    info = decode_status(finished.error)
     assert info.metadata["http_status"] == "529"
     assert info.metadata["error_type"] == "overloaded_error"
     assert "Overloaded" in finished.error.message

@@ -345,6 +345,29 @@ async def test_already_exists(client: AgentClient) -> None:
     assert caught.value.reason == "SESSION_ALREADY_EXISTS"
 
 
+async def test_the_error_of_a_blocking_call_decodes_like_that_of_an_aio_call(server: RunningServer) -> None:
+    method = "/general_agent.v1.AgentService/GetSession"  # raw bytes in and out: b"" is a request without an id
+    with grpc.insecure_channel(server.address) as channel:
+        blocking_call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(method)
+        with pytest.raises(grpc.RpcError) as blocking:
+            await asyncio.to_thread(blocking_call, b"")
+    async with grpc.aio.insecure_channel(server.address) as aio_channel:
+        aio_call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = aio_channel.unary_unary(method)
+        with pytest.raises(grpc.aio.AioRpcError) as aio:
+            await aio_call(b"")
+    assert not isinstance(blocking.value, grpc.aio.AioRpcError)
+    decoded = AgentError.from_rpc_error(blocking.value)
+    assert type(decoded) is AgentError
+    assert (decoded.code, decoded.reason, decoded.domain) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_ARGUMENT",
+        "general-agent",
+    )
+    assert decoded.field_violations == [("session_id", "is required")]
+    assert decoded.status is not None
+    assert repr(decoded) == repr(AgentError.from_rpc_error(aio.value))
+
+
 async def test_connect_to_nothing_is_unavailable() -> None:
     with pytest.raises(AgentError) as caught:
         await AgentClient.connect("127.0.0.1:1", connect_timeout=0.2)

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import struct_pb2
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import status_pb2
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +26,7 @@ from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
 from general_agent_server.hooks.runner import HOOK_NAMES
 from tests.support.proto_fuzz import NASTY_STRINGS, SERVICE, callable_for, messages
-from tests.support.rpc import decode_error
+from tests.support.rpc import decode_error, decode_status
 
 SEED = "fuzz-seed"
 PROFILE = settings(
@@ -140,13 +140,7 @@ def check_status(code: int, message: str, fields: list[str], where: str) -> None
 
 
 def status_fields(status: status_pb2.Status) -> list[str]:
-    fields: list[str] = []
-    for detail in status.details:
-        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            fields.extend(v.field for v in bad.field_violations)
-    return fields
+    return [field for field, _ in decode_status(status).field_violations]
 
 
 def exercise(channel: grpc.Channel, method: str, request: Any) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
-from general_agent.testing import FakeAnthropic, HangReply, Reply, TextBlock, TextReply, ToolUseBlock
+from general_agent.testing import FakeAnthropic, Reply, TextBlock, TextReply, ToolUseBlock
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, hosted_tool_pb2, session_pb2
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
@@ -21,7 +21,18 @@ from general_agent_server.domain.transcript import MessageEntry
 from general_agent_server.sessions.live import LiveSession
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, sequences, text_of
-from tests.support.rpc import Stub, create_session, events_after, rpc_error, stream_turn, text_input
+from tests.support.rpc import (
+    Stub,
+    create_session,
+    events_after,
+    get_session,
+    read_until,
+    rpc_error,
+    stream_turn,
+    text_input,
+    watch_until_terminal,
+)
+from tests.support.runs import hang, start_hanging_run
 
 LOOKUP = hosted_tool_pb2.HostedToolDefinition(
     name="lookup",
@@ -30,27 +41,12 @@ LOOKUP = hosted_tool_pb2.HostedToolDefinition(
 )
 
 
-def hang() -> HangReply:
-    """A model call that sends "partial " and then waits until released."""
-    return HangReply(after_events=4, reply=TextReply("partial rest", chunks=["partial ", "rest"]))
-
-
 def options(policy: int) -> turn_api.TurnOptions:
     return turn_api.TurnOptions(busy_policy=policy)  # type: ignore[arg-type]
 
 
 def start_turn(stub: Stub, sid: str, text: str, policy: int = turn_api.BUSY_POLICY_UNSPECIFIED) -> Any:
     return stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input(text), options=options(policy)))
-
-
-async def read_until(call: Any, kind: str) -> list[Any]:
-    """Reads a stream up to and including the first event of `kind`."""
-    seen = []
-    async for response in call:
-        seen.append(response.event)
-        if response.event.WhichOneof("event") == kind:
-            return seen
-    raise AssertionError(f"the stream ended without {kind}: {kinds(seen)}")
 
 
 async def drain(call: Any) -> list[Any]:
@@ -66,10 +62,6 @@ async def wait_until(condition: Callable[[], Any], what: str) -> None:
     raise AssertionError(f"timed out waiting until {what}")
 
 
-async def get_session(stub: Stub, sid: str) -> session_pb2.Session:
-    return (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session
-
-
 async def transcript(stub: Stub, sid: str) -> list[Any]:
     return list((await stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=sid))).entries)
 
@@ -80,21 +72,6 @@ async def user_messages(stub: Stub, sid: str) -> list[tuple[str, bool]]:
         for e in await transcript(stub, sid)
         if e.WhichOneof("entry") == "message"
     ]
-
-
-async def watch_until_terminal(stub: Stub, sid: str, after: int) -> list[Any]:
-    events = []
-    call = stub.WatchSession(turn_api.WatchSessionRequest(session_id=sid, after_sequence=after))
-    async for response in call:
-        events.append(response.event)
-        event = response.event
-        if (
-            event.WhichOneof("event") == "run_finished"
-            and event.run_finished.outcome != event_pb2.RUN_OUTCOME_SUSPENDED
-        ):
-            call.cancel()
-            break
-    return events
 
 
 def actor_of(server: RunningServer, sid: str) -> LiveSession:
@@ -132,12 +109,10 @@ TEXT_RUN = ["run_started", "assistant_delta", "usage_snapshot", "turn_complete",
 
 async def test_request_stop_during_a_model_call_is_sticky_until_cleared(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = (await create_session(stub)).identity.session_id
-    fake_model.enqueue(hang())
-    call = start_turn(stub, sid, "long task")
-    seen = await read_until(call, "assistant_delta")
+    run = await start_hanging_run(stub, fake_model, sid)
     stop = await stub.RequestStop(turn_api.RequestStopRequest(session_id=sid))
-    assert stop.run_id == seen[0].run_id
-    events = seen + await drain(call)
+    assert stop.run_id == run.run_id
+    events = run.seen + await run.rest()
     assert kinds(events) == ["run_started", "assistant_delta", "turn_complete", "run_finished"]
     assert last_of(events, "turn_complete").stop_reason == event_pb2.STOP_REASON_ABORTED
     assert outcome(events) == STOPPED_BY_REQUEST
@@ -224,13 +199,10 @@ async def test_request_stop_while_suspended_resolves_the_pending_calls(stub: Stu
 
 async def test_cancel_run_during_a_model_call_is_not_sticky(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = (await create_session(stub)).identity.session_id
-    fake_model.enqueue(hang())
-    call = start_turn(stub, sid, "long task")
-    seen = await read_until(call, "assistant_delta")
-    run_id = seen[0].run_id
-    cancelled = await stub.CancelRun(turn_api.CancelRunRequest(session_id=sid, run_id=run_id))
-    assert (cancelled.cancelled, cancelled.run_id) == (True, run_id)
-    events = seen + await drain(call)
+    run = await start_hanging_run(stub, fake_model, sid)
+    cancelled = await stub.CancelRun(turn_api.CancelRunRequest(session_id=sid, run_id=run.run_id))
+    assert (cancelled.cancelled, cancelled.run_id) == (True, run.run_id)
+    events = run.seen + await run.rest()
     assert kinds(events) == ["run_started", "assistant_delta", "turn_complete", "run_finished"]
     assert last_of(events, "turn_complete").stop_reason == event_pb2.STOP_REASON_ABORTED
     assert outcome(events) == (event_pb2.RUN_OUTCOME_STOPPED, event_pb2.RUN_REASON_CANCELLED)
@@ -245,17 +217,14 @@ async def test_cancel_run_of_a_run_that_is_not_active(stub: Stub, fake_model: Fa
     sid = (await create_session(stub)).identity.session_id
     idle = await stub.CancelRun(turn_api.CancelRunRequest(session_id=sid))
     assert (idle.cancelled, idle.run_id) == (False, "")
-    reply = hang()
-    fake_model.enqueue(reply)
-    call = start_turn(stub, sid, "long task")
-    seen = await read_until(call, "assistant_delta")
+    run = await start_hanging_run(stub, fake_model, sid)
     other = await stub.CancelRun(turn_api.CancelRunRequest(session_id=sid, run_id="some-other-run"))
     assert (other.cancelled, other.run_id) == (False, "")
-    reply.release()
-    events = seen + await drain(call)
+    run.reply.release()
+    events = run.seen + await run.rest()
     assert outcome(events) == COMPLETED
     assert text_of(events) == "partial rest"
-    finished = await stub.CancelRun(turn_api.CancelRunRequest(session_id=sid, run_id=seen[0].run_id))
+    finished = await stub.CancelRun(turn_api.CancelRunRequest(session_id=sid, run_id=run.run_id))
     assert finished.cancelled is False
 
 
@@ -276,15 +245,12 @@ async def test_inject_on_an_idle_session_is_not_accepted(stub: Stub, fake_model:
 
 async def test_inject_while_running_makes_one_more_model_call(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = (await create_session(stub)).identity.session_id
-    reply = hang()
-    fake_model.enqueue(reply, TextReply("Also mentioning X."))
-    call = start_turn(stub, sid, "long task")
-    seen = await read_until(call, "assistant_delta")
+    run = await start_hanging_run(stub, fake_model, sid, then=[TextReply("Also mentioning X.")])
     response = await stub.InjectMessage(turn_api.InjectMessageRequest(session_id=sid, input=text_input("mention X")))
-    assert (response.accepted, response.run_id) == (True, seen[0].run_id)
+    assert (response.accepted, response.run_id) == (True, run.run_id)
     assert await user_messages(stub, sid) == [("long task", False), ("mention X", True)]
-    reply.release()
-    events = seen + await drain(call)
+    run.reply.release()
+    events = run.seen + await run.rest()
     assert kinds(events) == [
         "run_started",
         "assistant_delta",
@@ -425,11 +391,9 @@ async def test_enqueue_queue_limit(server_factory: ServerFactory, fake_model: Fa
 
 async def test_interrupt_supersedes_the_running_turn(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = (await create_session(stub)).identity.session_id
-    fake_model.enqueue(hang(), TextReply("new answer"))
-    first = start_turn(stub, sid, "first")
-    seen = await read_until(first, "assistant_delta")
+    first = await start_hanging_run(stub, fake_model, sid, "first", then=[TextReply("new answer")])
     second = await drain(start_turn(stub, sid, "second", turn_api.BUSY_POLICY_INTERRUPT))
-    first_events = seen + await drain(first)
+    first_events = first.seen + await first.rest()
     assert kinds(first_events) == ["run_started", "assistant_delta", "turn_complete", "run_finished"]
     assert last_of(first_events, "turn_complete").stop_reason == event_pb2.STOP_REASON_ABORTED
     assert outcome(first_events) == (event_pb2.RUN_OUTCOME_STOPPED, event_pb2.RUN_REASON_SUPERSEDED)
@@ -474,18 +438,15 @@ async def test_interrupt_while_suspended_supersedes_the_pending_calls(stub: Stub
 
 async def test_steer_follows_the_running_run(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = (await create_session(stub)).identity.session_id
-    reply = hang()
-    fake_model.enqueue(reply, TextReply("Focused on Y."))
-    first = start_turn(stub, sid, "long task")
-    seen = await read_until(first, "assistant_delta")
+    first = await start_hanging_run(stub, fake_model, sid, then=[TextReply("Focused on Y.")])
     steer = asyncio.create_task(drain(start_turn(stub, sid, "focus on Y", turn_api.BUSY_POLICY_STEER)))
 
     async def injected() -> bool:
         return ("focus on Y", True) in await user_messages(stub, sid)
 
     await wait_until(injected, "the steering message is committed")
-    reply.release()
-    first_events = seen + await drain(first)
+    first.reply.release()
+    first_events = first.seen + await first.rest()
     steered = await asyncio.wait_for(steer, 10)
     run_id = first_events[0].run_id
     assert all(e.run_id == run_id for e in steered)
@@ -699,13 +660,11 @@ async def test_cancel_during_the_terminal_commit_keeps_one_run_finished(
 
 async def test_a_stopped_run_drops_its_undelivered_injection(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = (await create_session(stub)).identity.session_id
-    fake_model.enqueue(hang())
-    call = start_turn(stub, sid, "long task")
-    seen = await read_until(call, "assistant_delta")
+    run = await start_hanging_run(stub, fake_model, sid)
     response = await stub.InjectMessage(turn_api.InjectMessageRequest(session_id=sid, input=text_input("stale note")))
     assert response.accepted is True
     await stub.CancelRun(turn_api.CancelRunRequest(session_id=sid))
-    assert outcome(seen + await drain(call)) == (event_pb2.RUN_OUTCOME_STOPPED, event_pb2.RUN_REASON_CANCELLED)
+    assert outcome(run.seen + await run.rest()) == (event_pb2.RUN_OUTCOME_STOPPED, event_pb2.RUN_REASON_CANCELLED)
     # The next run makes two model calls; the stopped run's message reaches neither.
     fake_model.enqueue(Reply(blocks=[ToolUseBlock(id="toolu_n", name="nope", input={})]), TextReply("fresh"))
     events = await stream_turn(stub, sid, "new task")

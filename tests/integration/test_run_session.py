@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from google.rpc import error_details_pb2, status_pb2
 
 from general_agent.testing import FakeAnthropic, HangReply, Reply, TextBlock, TextReply, ToolUseBlock, text_deltas
 from general_agent.v1 import event_pb2, hosted_tool_pb2, session_pb2
@@ -20,7 +19,19 @@ from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, sequences, text_of
-from tests.support.rpc import Stub, connect, create_session, decode_error, events_after, stream_turn, text_input
+from tests.support.rpc import (
+    Stub,
+    connect,
+    create_session,
+    decode_error,
+    decode_status,
+    events_after,
+    get_session,
+    stream_turn,
+    text_input,
+    wait_idle,
+)
+from tests.support.runs import hang, start_hanging_run
 
 READ_TIMEOUT = 10.0
 
@@ -154,15 +165,6 @@ async def rpc_failure(bidi: Bidi) -> Any:
     raise AssertionError(f"the stream ended OK; expected an error (got {bidi.summary()})")
 
 
-def error_info(status: status_pb2.Status) -> error_details_pb2.ErrorInfo:
-    for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            return info
-    raise AssertionError(f"no ErrorInfo in {status}")
-
-
 def lookup_tool() -> hosted_tool_pb2.HostedToolDefinition:
     return hosted_tool_pb2.HostedToolDefinition(
         name="lookup", description="ask the host", input_schema_json=LOOKUP_SCHEMA_JSON
@@ -172,19 +174,6 @@ def lookup_tool() -> hosted_tool_pb2.HostedToolDefinition:
 async def hosted_session(stub: Stub) -> str:
     session = await create_session(stub, hosted_tools=[lookup_tool()])
     return session.identity.session_id
-
-
-async def get_session(stub: Stub, sid: str) -> session_pb2.Session:
-    return (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session
-
-
-async def wait_idle(stub: Stub, sid: str) -> session_pb2.Session:
-    for _ in range(1000):
-        session = await get_session(stub, sid)
-        if session.state == session_pb2.SESSION_STATE_IDLE:
-            return session
-        await asyncio.sleep(0.01)
-    raise AssertionError("session did not become idle")
 
 
 def assert_strictly_increasing(events: list[event_pb2.SessionEvent]) -> None:
@@ -197,9 +186,20 @@ def without_deltas(events: list[event_pb2.SessionEvent]) -> list[event_pb2.Sessi
     return [e for e in events if e.WhichOneof("event") not in ("assistant_delta", "reasoning_delta")]
 
 
-def hang(text: str = "partial rest") -> HangReply:
-    """Streams message_start, the block start, a ping and the first delta, then waits for release()."""
-    return HangReply(after_events=4, reply=TextReply(text, chunks=["partial ", text.removeprefix("partial ")]))
+async def hanging_stream_turn(
+    stub: Stub, fake_model: FakeAnthropic, **attach: Any
+) -> tuple[str, Bidi, run_session_api.CommandResult, HangReply]:
+    """A new session and a stream attached to it (with `attach`) whose turn "turn" is in its model call: the first
+    delta has arrived, the rest waits for the reply's release(). Returns the session id, the stream, the turn's
+    command result and the reply."""
+    sid = (await create_session(stub)).identity.session_id
+    gate = hang()
+    fake_model.enqueue(gate)
+    bidi = await open_bidi(stub, sid, **attach)
+    bidi.turn("turn", "long task")
+    started = await bidi.result("turn")
+    await bidi.first_event(started.run_id, "assistant_delta")
+    return sid, bidi, started, gate
 
 
 # ---------------------------------------------------------------------- protocol errors
@@ -294,7 +294,7 @@ async def test_busy_turn_is_a_command_result_and_the_stream_goes_on(stub: Stub, 
     bidi.turn("busy", "me too")
     busy = await bidi.result("busy")
     assert busy.status.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
-    assert error_info(busy.status).reason == "SESSION_BUSY"
+    assert decode_status(busy.status).reason == "SESSION_BUSY"
     assert busy.run_id == ""
     gate.release()
     await bidi.finished(first.run_id)
@@ -383,7 +383,7 @@ async def test_hosted_result_for_an_unknown_call_is_a_command_result(stub: Stub,
     )
     rejected = await bidi.result("bad")
     assert rejected.status.code == grpc.StatusCode.NOT_FOUND.value[0]
-    info = error_info(rejected.status)
+    info = decode_status(rejected.status)
     assert (info.reason, info.domain) == ("UNKNOWN_TOOL_CALL", "general-agent")
     assert info.metadata["call_id"] == "toolu_nope"
     # A hosted_result without any result is rejected the same way (decode error), and the stream goes on.
@@ -474,13 +474,7 @@ async def test_commands_of_one_stream_apply_in_order(stub: Stub, fake_model: Fak
 
 
 async def test_stop_command_then_clear_stop(stub: Stub, fake_model: FakeAnthropic) -> None:
-    sid = (await create_session(stub)).identity.session_id
-    gate = hang()
-    fake_model.enqueue(gate)
-    bidi = await open_bidi(stub, sid)
-    bidi.turn("turn", "long task")
-    started = await bidi.result("turn")
-    await bidi.first_event(started.run_id, "assistant_delta")
+    sid, bidi, started, _ = await hanging_stream_turn(stub, fake_model)
     bidi.send(stop=run_session_api.RunSessionStop(command_id="stop"))
     stopped = await bidi.result("stop")
     assert stopped.status.code == 0
@@ -514,13 +508,7 @@ async def test_stop_command_then_clear_stop(stub: Stub, fake_model: FakeAnthropi
 
 
 async def test_cancel_command(stub: Stub, fake_model: FakeAnthropic) -> None:
-    sid = (await create_session(stub)).identity.session_id
-    gate = hang()
-    fake_model.enqueue(gate)
-    bidi = await open_bidi(stub, sid)
-    bidi.turn("turn", "long task")
-    started = await bidi.result("turn")
-    await bidi.first_event(started.run_id, "assistant_delta")
+    sid, bidi, started, _ = await hanging_stream_turn(stub, fake_model)
     # A run id that is not the active run cancels nothing.
     bidi.send(cancel=run_session_api.RunSessionCancel(command_id="wrong", run_id="not-this-run"))
     wrong = await bidi.result("wrong")
@@ -573,19 +561,12 @@ async def test_attach_after_zero_replays_then_follows_live(stub: Stub, fake_mode
     fake_model.enqueue(TextReply("first answer"))
     earlier = await stream_turn(stub, sid, "one")
     # A run that is in flight while the stream attaches: part of it is in the log, the rest arrives live.
-    gate = hang()
-    fake_model.enqueue(gate)
-    other = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("two")))
-    in_flight = []
-    async for response in other:
-        in_flight.append(response.event)
-        if response.event.WhichOneof("event") == "assistant_delta":
-            break
+    other = await start_hanging_run(stub, fake_model, sid, "two")
     bidi = await open_bidi(stub, sid, after_sequence=0)
-    await bidi.first_event(in_flight[0].run_id, "assistant_delta")
-    gate.release()
-    rest = [r.event async for r in other]
-    await bidi.finished(in_flight[0].run_id)
+    await bidi.first_event(other.run_id, "assistant_delta")
+    other.reply.release()
+    rest = await other.rest()
+    await bidi.finished(other.run_id)
     fake_model.enqueue(TextReply("third answer"))
     bidi.turn("three", "three")
     third = await bidi.result("three")
@@ -601,7 +582,7 @@ async def test_attach_after_zero_replays_then_follows_live(stub: Stub, fake_mode
     log = await events_after(stub, sid, 0, received[-1].sequence)
     assert without_deltas(received) == without_deltas(log)
     assert text_of(received) == text_of(log) == "first answer" + "partial rest" + "third answer"
-    assert text_of(bidi.events(in_flight[0].run_id)) == text_of(in_flight + rest)
+    assert text_of(bidi.events(other.run_id)) == text_of(other.seen + rest)
     bidi.close()
     await bidi.drain()
 
@@ -721,13 +702,9 @@ async def test_half_close_without_runs_ends_the_stream(stub: Stub) -> None:
 
 
 async def test_delete_session_ends_an_attached_stream(stub: Stub, fake_model: FakeAnthropic) -> None:
-    sid = (await create_session(stub)).identity.session_id
-    gate = hang()
-    fake_model.enqueue(gate)
-    bidi = await open_bidi(stub, sid, on_disconnect=turn_api.ON_DISCONNECT_CONTINUE)
-    bidi.turn("turn", "long task")
-    started = await bidi.result("turn")
-    await bidi.first_event(started.run_id, "assistant_delta")
+    sid, bidi, started, gate = await hanging_stream_turn(
+        stub, fake_model, on_disconnect=turn_api.ON_DISCONNECT_CONTINUE
+    )
     await stub.DeleteSession(session_api.DeleteSessionRequest(session_id=sid))
     finished = await bidi.finished(started.run_id)
     assert (finished.run_finished.outcome, finished.run_finished.reason) == (
@@ -764,13 +741,7 @@ async def test_client_cancel_stops_a_run_the_stream_continued(stub: Stub, fake_m
 
 
 async def _cancel_mid_run(stub: Stub, fake_model: FakeAnthropic, on_disconnect: int) -> tuple[str, str, HangReply]:
-    sid = (await create_session(stub)).identity.session_id
-    gate = hang()
-    fake_model.enqueue(gate)
-    bidi = await open_bidi(stub, sid, on_disconnect=on_disconnect)
-    bidi.turn("turn", "long task")
-    started = await bidi.result("turn")
-    await bidi.first_event(started.run_id, "assistant_delta")
+    sid, bidi, started, gate = await hanging_stream_turn(stub, fake_model, on_disconnect=on_disconnect)
     bidi.cancel()
     return sid, started.run_id, gate
 

@@ -12,7 +12,6 @@ import grpc
 from general_agent.testing import (
     ErrorReply,
     FakeAnthropic,
-    HangReply,
     Reply,
     TextBlock,
     TextReply,
@@ -30,24 +29,18 @@ from tests.support.rpc import (
     Stub,
     create_session,
     decode_error,
+    decode_status,
     events_after,
     rpc_error,
     stream_turn,
     text_input,
+    wait_idle,
 )
+from tests.support.runs import start_hanging_run
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 )
-
-
-async def wait_idle(stub: Stub, session_id: str) -> session_pb2.Session:
-    for _ in range(500):
-        session = (await stub.GetSession(session_api.GetSessionRequest(session_id=session_id))).session
-        if session.state == session_pb2.SESSION_STATE_IDLE:
-            return session
-        await asyncio.sleep(0.01)
-    raise AssertionError("session did not become idle")
 
 
 async def test_text_turn_order_usage_and_request(stub: Stub, fake_model: FakeAnthropic) -> None:
@@ -276,10 +269,7 @@ async def test_provider_error_metadata_and_codes(stub: Stub, fake_model: FakeAnt
         events = await stream_turn(stub, sid, f"status {status}")
         error = last_of(events, "run_finished").error
         assert error.code == code.value[0], status
-        from google.rpc import error_details_pb2
-
-        info = error_details_pb2.ErrorInfo()
-        error.details[0].Unpack(info)
+        info = decode_status(error)
         assert info.reason == "PROVIDER_ERROR"
         assert info.metadata["http_status"] == str(status)
         assert info.metadata["provider_request_id"].startswith("req_")
@@ -288,20 +278,13 @@ async def test_provider_error_metadata_and_codes(stub: Stub, fake_model: FakeAnt
 
 async def test_second_turn_while_running_is_session_busy(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = (await create_session(stub)).identity.session_id
-    hang = HangReply(after_events=4, reply=TextReply("partial rest", chunks=["partial ", "rest"]))
-    fake_model.enqueue(hang)
-    first = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("long task")))
-    seen = []
-    async for response in first:
-        seen.append(response.event)
-        if response.event.WhichOneof("event") == "assistant_delta":
-            break
+    first = await start_hanging_run(stub, fake_model, sid)
     error = await rpc_error(stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("me too"))))
     assert (error.code, error.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "SESSION_BUSY")
-    assert error.metadata == {"active_run_id": seen[0].run_id, "state": "RUNNING"}
-    hang.release()
-    rest = [r.event async for r in first]
-    assert text_of(seen + rest) == "partial rest"
+    assert error.metadata == {"active_run_id": first.run_id, "state": "RUNNING"}
+    first.reply.release()
+    rest = await first.rest()
+    assert text_of(first.seen + rest) == "partial rest"
     assert last_of(rest, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
     history = await stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=sid))
     assert [e.message.content[0].text.text for e in history.entries if e.WhichOneof("entry") == "message"] == [
@@ -313,13 +296,8 @@ async def test_client_cancel_mid_stream_stops_the_run_and_leaves_the_session_usa
     stub: Stub, fake_model: FakeAnthropic
 ) -> None:
     sid = (await create_session(stub)).identity.session_id
-    hang = HangReply(after_events=4, reply=TextReply("partial rest", chunks=["partial ", "rest"]))
-    fake_model.enqueue(hang)
-    call = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("long task")))
-    async for response in call:
-        if response.event.WhichOneof("event") == "assistant_delta":
-            break
-    call.cancel()
+    run = await start_hanging_run(stub, fake_model, sid)
+    run.call.cancel()
     session = await wait_idle(stub, sid)
     assert await hang_disconnected(fake_model)
     log = await events_after(stub, sid, 0, session.last_sequence)
@@ -346,20 +324,10 @@ async def hang_disconnected(fake_model: FakeAnthropic) -> bool:
 
 async def test_on_disconnect_continue_keeps_the_run_going(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = (await create_session(stub)).identity.session_id
-    hang = HangReply(after_events=4, reply=TextReply("partial rest", chunks=["partial ", "rest"]))
-    fake_model.enqueue(hang)
-    call = stub.StreamTurn(
-        turn_api.StreamTurnRequest(
-            session_id=sid,
-            input=text_input("keep going"),
-            options=turn_api.TurnOptions(on_disconnect=turn_api.ON_DISCONNECT_CONTINUE),
-        )
-    )
-    async for response in call:
-        if response.event.WhichOneof("event") == "assistant_delta":
-            break
-    call.cancel()
-    hang.release()
+    options = turn_api.TurnOptions(on_disconnect=turn_api.ON_DISCONNECT_CONTINUE)
+    run = await start_hanging_run(stub, fake_model, sid, "keep going", options=options)
+    run.call.cancel()
+    run.reply.release()
     session = await wait_idle(stub, sid)
     log = await events_after(stub, sid, 0, session.last_sequence)
     assert last_of(log, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED

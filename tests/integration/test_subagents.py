@@ -25,7 +25,7 @@ from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of
-from tests.support.rpc import Stub, create_session, events_after, stream_turn, text_input
+from tests.support.rpc import Stub, create_session, events_after, read_until, stream_turn, text_input
 
 ALLOW_LOOPBACK = {"GENERAL_AGENT_SSRF_ALLOW_HOSTS": "127.0.0.1"}
 _HookServiceBase: Any = hook_service_pb2_grpc.HookServiceServicer
@@ -131,11 +131,7 @@ async def test_stopping_the_parent_stops_the_child(stub: Stub, fake_model: FakeA
     hang = HangReply(after_events=2, reply=TextReply("never"))
     fake_model.enqueue(spawn("toolu_s1", instructions="i", task="t"), hang)
     call = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("delegate")))
-    seen = []
-    async for response in call:
-        seen.append(response.event)
-        if response.event.WhichOneof("event") == "tool_call":
-            break
+    seen = await read_until(call, "tool_call")
     await fake_model.wait_for_requests(2)
     children = await stub.ListSessions(session_api.ListSessionsRequest(parent_session_id=sid))
     (child,) = children.sessions

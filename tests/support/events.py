@@ -6,6 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+# The concatenated text of a stream's assistant (or reasoning) deltas: the Python client's helper.
+from general_agent.events import text_of
+
+__all__ = ["ONE_TOOL_THEN_TEXT", "kinds", "last_of", "sequences", "text_of"]
+
 
 def kinds(events: Iterable[Any]) -> list[str]:
     """Event kinds with runs of the same delta kind collapsed to one."""
@@ -16,10 +21,6 @@ def kinds(events: Iterable[Any]) -> list[str]:
             continue
         out.append(kind)
     return out
-
-
-def text_of(events: Iterable[Any], kind: str = "assistant_delta") -> str:
-    return "".join(getattr(e, kind).text for e in events if e.WhichOneof("event") == kind)
 
 
 def last_of(events: list[Any], kind: str) -> Any:

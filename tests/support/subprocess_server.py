@@ -11,12 +11,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
+DEFAULT_API_KEY = "sk-ant-test-key-0000"
 
 
 @dataclass
@@ -92,9 +93,46 @@ class ServerProcess:
 
 
 def server_env(
-    base_url: str, *, api_key: str = "sk-ant-test-key-0000", extra: Mapping[str, str] | None = None
+    base_url: str, *, api_key: str = DEFAULT_API_KEY, extra: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GENERAL_AGENT_", "ANTHROPIC_"))}
     env.update({"ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": api_key, "PYTHONUNBUFFERED": "1"})
     env.update(extra or {})
     return env
+
+
+@dataclass
+class ServerProcesses:
+    """Makes `general-agent serve` subprocesses that talk to the model at `model_url`, each with its own state
+    directory and log under `root` (the first `state/` and `server.log`, then `state-1/`, `server-1.log` ...).
+    `kill_all` SIGKILLs every one made; the e2e fixture calls it at teardown, also when the test failed."""
+
+    root: Path
+    model_url: str
+    made: list[ServerProcess] = field(default_factory=list)
+
+    def make(
+        self,
+        *,
+        api_key: str = DEFAULT_API_KEY,
+        extra: Mapping[str, str] | None = None,
+        extra_args: Sequence[str] = (),
+        prefix: Sequence[str] = (),
+    ) -> ServerProcess:
+        """A server not started yet: the test starts it, and may kill and start it again on the same state."""
+        suffix = f"-{len(self.made)}" if self.made else ""
+        state_dir = self.root / f"state{suffix}"
+        state_dir.mkdir()
+        server = ServerProcess(
+            state_dir=state_dir,
+            env=server_env(self.model_url, api_key=api_key, extra=extra),
+            log_path=self.root / f"server{suffix}.log",
+            extra_args=list(extra_args),
+            prefix=list(prefix),
+        )
+        self.made.append(server)
+        return server
+
+    def kill_all(self) -> None:
+        for server in self.made:
+            server.kill()

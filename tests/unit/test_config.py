@@ -161,7 +161,7 @@ def test_the_configuration_page_is_generated_from_the_table() -> None:
 
 def test_every_toml_example_of_the_configuration_page_loads(tmp_path: Path) -> None:
     blocks = re.findall(r"```toml\n(.*?)```", configuration_page(), flags=re.S)
-    assert len(blocks) >= 2
+    assert len(blocks) >= 1
     config = tmp_path / "config.toml"
     config.write_text("\n".join(blocks))
     settings = load_settings(

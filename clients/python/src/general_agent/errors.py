@@ -79,8 +79,9 @@ class AgentError(Exception):
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_rpc_error(cls, error: grpc.aio.AioRpcError, *, request_id: str = "") -> AgentError:
-        """Decodes a failed grpc.aio call into the matching :class:`AgentError` subclass.
+    def from_rpc_error(cls, error: grpc.RpcError, *, request_id: str = "") -> AgentError:
+        """Decodes a failed call into the matching :class:`AgentError` subclass: a ``grpc.aio`` call's
+        ``AioRpcError``, or the ``grpc.RpcError`` a blocking (``grpc.insecure_channel``) call raises.
 
         The rich status is read from the trailing metadata directly (``grpc_status.rpc_status.from_call``
         wants a live call, and raises when code or message disagree; this never raises).

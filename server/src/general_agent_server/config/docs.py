@@ -35,7 +35,7 @@ files the file names.
 
 _PAGE_TAIL = """
 
-## Credentials
+## Credentials and hosted tools
 
 The default auth profile uses `ANTHROPIC_API_KEY` (or the file `anthropic_api_key_file` names) and
 `ANTHROPIC_BASE_URL` (which must not end in `/v1`). Further profiles live in the TOML file, each key taken
@@ -49,23 +49,18 @@ allowed_tenants = ["team-a"]           # optional; empty = every tenant
 
 [tenant_default_profiles]
 team-a = "team-a"
-```
 
-A session that names `auth_profile_id` is billed to that profile only; an `api_key` given on
-`CreateSession` or `ResumeSession` stays in server memory and is never stored, logged or returned.
-
-## Server-wide hosted tools
-
-Hosted tools every session offers (a session adds its own on `CreateSession`); their names may not be a
-built-in tool's:
-
-```toml
+# Hosted tools every session offers (a session adds its own on CreateSession); their names may not be a
+# built-in tool's.
 [[hosted_tools]]
 name = "lookup_order"
 description = "Look up an order by id in the shop's database."
 timeout_seconds = 300
 input_schema = { type = "object", properties = { order_id = { type = "string" } }, required = ["order_id"] }
 ```
+
+A session that names `auth_profile_id` is billed to that profile only; an `api_key` given on
+`CreateSession` or `ResumeSession` stays in server memory and is never stored, logged or returned.
 
 ## Other keys
 
