@@ -23,8 +23,8 @@ TESTED_ELSEWHERE = {
     "RestoreCheckpoint": "test_checkpoints_rpc.py",
 }
 TESTED_HERE = {"DeleteSession", "ResumeSession", "ContinueSession", "ResetSession", "InjectMessage"}
-# Refused as UNIMPLEMENTED until compaction exists: nothing to replay.
-NOT_BUILT = {"RequestCompaction", "MaybeCompactByTokens"}
+TESTED_ELSEWHERE |= {"RequestCompaction": "test_idempotency.py", "MaybeCompactByTokens": "test_idempotency.py"}
+NOT_BUILT: set[str] = set()
 
 
 def test_every_rpc_with_a_request_id_has_an_idempotency_test() -> None:
@@ -134,3 +134,25 @@ async def test_an_inject_refused_on_an_idle_session_answers_the_same_later(
     assert (await stub.InjectMessage(request)).accepted is False, "the retry is not applied to the new run"
     run.reply.release()
     await run.rest()
+
+
+async def test_compaction_requests_replay_their_first_result(stub: Stub, fake_model: FakeAnthropic) -> None:
+    sid = (await create_session(stub)).identity.session_id
+    for index in range(3):
+        fake_model.enqueue(TextReply(f"answer {index}"))
+        await stream_turn(stub, sid, f"question {index}")
+    fake_model.enqueue(TextReply("summary"))
+    request = session_api.RequestCompactionRequest(session_id=sid, request_id="compact-1")
+    first = await stub.RequestCompaction(request)
+    calls = len(fake_model.requests)
+    again = await stub.RequestCompaction(request)
+    assert first.result.compacted
+    assert again.result == first.result
+    assert len(fake_model.requests) == calls  # the replay wrote no second summary
+    await assert_reused(
+        stub.RequestCompaction(
+            session_api.RequestCompactionRequest(session_id=sid, instructions="x", request_id="compact-1")
+        )
+    )
+    maybe = session_api.MaybeCompactByTokensRequest(session_id=sid, request_id="maybe-1")
+    assert (await stub.MaybeCompactByTokens(maybe)).result == (await stub.MaybeCompactByTokens(maybe)).result

@@ -66,10 +66,7 @@ async def test_capabilities_of_later_releases_answer_unimplemented(stub: Stub) -
     )
     assert error.code == grpc.StatusCode.UNIMPLEMENTED
     assert error.metadata == {"capability": "mcp"}
-    for fields, capability in (
-        ({"auto_compaction": session_pb2.AutoCompaction(threshold_pct=80)}, "compaction"),
-        ({"memory": session_pb2.MemoryConfig(enabled=True, user_id="u1")}, "memory"),
-    ):
+    for fields, capability in (({"memory": session_pb2.MemoryConfig(enabled=True, user_id="u1")}, "memory"),):
         error = await rpc_error(create_session(stub, **fields))
         assert (error.code, error.reason, error.metadata) == (
             grpc.StatusCode.UNIMPLEMENTED,
@@ -78,11 +75,15 @@ async def test_capabilities_of_later_releases_answer_unimplemented(stub: Stub) -
         )
     # Asking for nothing of them is fine: a memory scope without enabling memory is kept for later.
     await create_session(stub, memory=session_pb2.MemoryConfig(enabled=False, user_id="u1"))
-    error = await rpc_error(stub.RequestCompaction(session_api.RequestCompactionRequest(session_id="x")))
-    assert (error.code, error.reason, error.metadata) == (
-        grpc.StatusCode.UNIMPLEMENTED,
-        "NOT_IMPLEMENTED",
-        {"capability": "compaction"},
+
+
+async def test_automatic_compaction_is_stored_and_its_threshold_checked(stub: Stub) -> None:
+    created = await create_session(stub, auto_compaction=session_pb2.AutoCompaction(threshold_pct=80))
+    assert created.auto_compaction.threshold_pct == 80
+    error = await rpc_error(create_session(stub, auto_compaction=session_pb2.AutoCompaction(threshold_pct=101)))
+    assert (error.code, error.field_violations[0][0]) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "session.auto_compaction.threshold_pct",
     )
 
 

@@ -13,7 +13,7 @@ from google.protobuf import json_format
 
 import general_agent_server
 from general_agent.v1 import agent_service_pb2_grpc as api_grpc
-from general_agent.v1 import checkpoint_pb2, hook_registration_pb2, mcp_pb2, session_pb2
+from general_agent.v1 import checkpoint_pb2, event_pb2, hook_registration_pb2, mcp_pb2, session_pb2
 from general_agent.v1 import run_session_pb2 as run_session_api
 from general_agent.v1 import server_info_pb2 as server_info_api
 from general_agent.v1 import session_messages_pb2 as session_api
@@ -21,11 +21,12 @@ from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.agent import Agent
 from general_agent_server.api import convert
 from general_agent_server.api.decoding import InvalidRequest
-from general_agent_server.api.errors import abort
+from general_agent_server.api.errors import abort, status_from_detail
 from general_agent_server.api.interceptors import current_request_id
 from general_agent_server.domain.context import CallContext, CallerRole, SessionView
 from general_agent_server.domain.errors import invalid_argument, not_implemented
 from general_agent_server.domain.session import DEFAULT_TENANT
+from general_agent_server.runs.compaction import CompactionOutcome
 
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 Req = TypeVar("Req")
@@ -34,6 +35,7 @@ Resp = TypeVar("Resp")
 # Capabilities this build serves, reported by GetServerInfo.
 CAPABILITIES = (
     "sessions",
+    "compaction",
     "streaming_turns",
     "watch",
     "idempotency",
@@ -57,8 +59,6 @@ CAPABILITIES = (
 
 # RPC → the capability (and later release) that provides it.
 UNIMPLEMENTED_RPCS: dict[str, str] = {
-    "RequestCompaction": "compaction",
-    "MaybeCompactByTokens": "compaction",
     "SetMcpServers": "mcp",
     "GetMcpServers": "mcp",
     "ToggleMcpServer": "mcp",
@@ -376,15 +376,30 @@ class AgentServicer(api_grpc.AgentServiceServicer):
         )
 
     # ------------------------------------------------------------------ later capabilities
+    @unary
     async def RequestCompaction(
         self, request: session_api.RequestCompactionRequest, context: Context
     ) -> session_api.RequestCompactionResponse:
-        return await _unimplemented(context, "RequestCompaction")
+        outcome = await self._agent.sessions.compact(
+            call_context(context),
+            request.session_id,
+            instructions=request.instructions,
+            idem=convert.idempotency(request),
+        )
+        return session_api.RequestCompactionResponse(result=compaction_result(outcome))
 
+    @unary
     async def MaybeCompactByTokens(
         self, request: session_api.MaybeCompactByTokensRequest, context: Context
     ) -> session_api.MaybeCompactByTokensResponse:
-        return await _unimplemented(context, "MaybeCompactByTokens")
+        outcome = await self._agent.sessions.maybe_compact(
+            call_context(context),
+            request.session_id,
+            threshold_pct=request.threshold_pct,
+            cooldown_seconds=request.cooldown.ToTimedelta().total_seconds() if request.HasField("cooldown") else None,
+            idem=convert.idempotency(request),
+        )
+        return session_api.MaybeCompactByTokensResponse(result=compaction_result(outcome))
 
     @unary
     async def ListCheckpoints(
@@ -428,6 +443,20 @@ class AgentServicer(api_grpc.AgentServiceServicer):
         self, request: mcp_pb2.GetMcpStatusRequest, context: Context
     ) -> mcp_pb2.GetMcpStatusResponse:
         return await _unimplemented(context, "GetMcpStatus")
+
+
+def compaction_result(outcome: CompactionOutcome) -> session_api.CompactionResult:
+    result = session_api.CompactionResult(
+        compacted=outcome.compacted,
+        reason=event_pb2.CompactionReason.Value(f"COMPACTION_REASON_{outcome.reason.name}"),
+        tokens_after=outcome.tokens_after,
+        tokens_after_estimated=outcome.tokens_after_estimated,
+        messages_before=outcome.messages_before,
+        messages_after=outcome.messages_after,
+    )
+    if outcome.error is not None:
+        result.error.CopyFrom(status_from_detail(outcome.error))
+    return result
 
 
 async def _unimplemented(context: Context, rpc: str) -> NoReturn:

@@ -67,6 +67,13 @@ def validate(settings: ServerSettings) -> None:
         raise ConfigError(
             f"web_fetch_firecrawl_base_url: expected an http(s) URL, got {settings.web_fetch_firecrawl_base_url!r}"
         )
+    for item in filter(str.strip, settings.context_windows.split(",")):
+        key, sep, tokens = item.partition("=")
+        if not sep or not key.strip() or not tokens.strip().isdigit() or int(tokens) <= 0:
+            raise ConfigError(f"context_windows: expected key=tokens with a positive number, got {item.strip()!r}")
+    for name in ("compaction_keep_recent_turns", "compaction_summary_max_tokens", "compaction_timeout"):
+        if getattr(settings, name) <= 0:
+            raise ConfigError(f"{name}: must be positive")
     for tenant, profile_id in settings.tenant_default_profiles.items():
         if profile_id not in settings.auth_profiles:
             raise ConfigError(f"tenant_default_profiles.{tenant}: unknown profile {profile_id!r}")

@@ -1,4 +1,4 @@
-"""The settings table as documentation: `general-agent settings`, the README's configuration table and
+"""The settings table as documentation: `general-agent settings` and
 docs/configuration.md are generated here from config/table.py (a test keeps the files current)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Every setting, declared once: name, type, default and help, as a field of ServerSettings. The flags, the
-GENERAL_AGENT_* environment, the TOML file, `general-agent settings`, the README's table and
+GENERAL_AGENT_* environment, the TOML file, `general-agent settings` and
 docs/configuration.md all come from these fields (config/loading.py, config/docs.py)."""
 
 from __future__ import annotations
@@ -179,6 +179,18 @@ class ServerSettings:
     checkpoint_max_bytes: int = setting(
         64 * MIB, "Bytes of prior file contents kept in checkpoints per session (oldest dropped first)."
     )
+    compaction_keep_recent_turns: int = setting(
+        2, "User turns (with their tool exchanges) a compaction keeps verbatim after the summary."
+    )
+    compaction_summary_max_tokens: int = setting(4096, "max_tokens of each summarisation request of a compaction.")
+    compaction_timeout: float = setting(
+        300.0, "Seconds a compaction's summary may take; past it the history stays as it was."
+    )
+    context_windows: str = setting(
+        "",
+        "Comma-separated overrides of the model table's context window, `key=tokens`; a key matches a model ref "
+        "that contains it (e.g. `sonnet-4-6=1000000`).",
+    )
     hook_max_payload_bytes: int = setting(
         MIB, "Bytes of message history one remote hook call carries (oldest dropped first, `truncated` set)."
     )
@@ -214,10 +226,21 @@ class ServerSettings:
             plugin_mode=PluginMode(self.plugin_mode.upper().replace("-", "_")),
             enabled_plugin_ids=normalise_plugin_ids(self.enabled_plugin_ids.split(",")),
             input_limits=self.input_limits,
+            context_windows=context_windows(self.context_windows),
         )
 
     def tool_limits(self) -> ToolLimits:
         return ToolLimits(max_output_chars=self.max_tool_output_chars, default_timeout_seconds=self.tool_timeout)
+
+
+def context_windows(value: str) -> tuple[tuple[str, int], ...]:
+    """`key=tokens,key=tokens` as pairs (config/checks.py has refused anything else)."""
+    pairs = []
+    for item in value.split(","):
+        if item.strip():
+            key, _, tokens = item.partition("=")
+            pairs.append((key.strip(), int(tokens)))
+    return tuple(pairs)
 
 
 def host_list(value: str) -> frozenset[str]:
@@ -232,7 +255,7 @@ SETTINGS: tuple[Setting, ...] = tuple(
     if "help" in f.metadata
 )
 INPUT_LIMIT_NAMES = tuple(f.name for f in fields(InputLimits))
-_PARSED = {"workspace_dir", "ssrf_allow_hosts", "plugin_mode", "enabled_plugin_ids", "input_limits"}
+_PARSED = {"workspace_dir", "ssrf_allow_hosts", "plugin_mode", "enabled_plugin_ids", "input_limits", "context_windows"}
 CORE_COPIED = tuple(
     f.name for f in fields(CoreSettings) if f.name not in _PARSED and f.name in {s.name for s in SETTINGS}
 )

@@ -190,6 +190,8 @@ class SessionRecord:
     # Steering messages committed to the active run and not yet given to the model (spec 5.1).
     pending_injections: tuple[tuple[ContentPart, ...], ...] = ()
     history_message_count: int = 0
+    # When the history was last compacted (the cooldown of MaybeCompactByTokens and automatic compaction).
+    last_compaction_time: datetime | None = None
     version: int = 0
 
     @property

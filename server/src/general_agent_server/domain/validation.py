@@ -146,8 +146,11 @@ def check_config(
     if config.mcp_servers:
         raise not_implemented("mcp", f"{field_prefix}.mcp_servers")
     # Asked-for capabilities this build does not have are refused, never silently ignored.
-    if config.auto_compaction.threshold_pct or config.auto_compaction.cooldown_seconds is not None:
-        raise not_implemented("compaction", f"{field_prefix}.auto_compaction")
+    automatic = config.auto_compaction
+    if not 0 <= automatic.threshold_pct <= 100:
+        raise invalid_argument(f"{field_prefix}.auto_compaction.threshold_pct", "must be between 0 and 100")
+    if automatic.cooldown_seconds is not None and automatic.cooldown_seconds < 0:
+        raise invalid_argument(f"{field_prefix}.auto_compaction.cooldown", "must not be negative")
     if config.memory.enabled:
         raise not_implemented("memory", f"{field_prefix}.memory.enabled")
 

@@ -4,7 +4,8 @@ Model refs are `anthropic/<id>` or a bare id; the provider prefix is stripped be
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 
 class ThinkingKind(enum.Enum):
@@ -44,6 +45,7 @@ _FAMILIES: tuple[tuple[str, ModelCapabilities], ...] = tuple(
         ("haiku-4-5", 200_000, 64_000, ThinkingKind.BUDGET, True),
         ("opus-4-1", 200_000, 32_000, ThinkingKind.BUDGET, True),
         ("opus-4", 200_000, 32_000, ThinkingKind.BUDGET, True),
+        ("3-opus", 200_000, 4_096, ThinkingKind.NONE, False),
         ("sonnet-4", 200_000, 64_000, ThinkingKind.BUDGET, True),
         ("3-7-sonnet", 200_000, 64_000, ThinkingKind.BUDGET, False),
         ("3-5-haiku", 200_000, 8_192, ThinkingKind.NONE, False),
@@ -69,9 +71,10 @@ def provider_and_model(model_ref: str) -> tuple[str, str]:
     return provider or "anthropic", model
 
 
-def capabilities(model_ref: str) -> ModelCapabilities:
+def capabilities(model_ref: str, context_windows: Sequence[tuple[str, int]] = ()) -> ModelCapabilities:
+    """The model's row of the table; `context_windows` (the setting of that name) overrides its window: the
+    first entry whose key the model id contains wins."""
     model_id = provider_model_id(model_ref).lower().replace(".", "-")
-    for marker, caps in _FAMILIES:
-        if marker in model_id:
-            return caps
-    return UNKNOWN_MODEL
+    caps = next((c for marker, c in _FAMILIES if marker in model_id), UNKNOWN_MODEL)
+    window = next((tokens for key, tokens in context_windows if key.lower().replace(".", "-") in model_id), None)
+    return caps if window is None else replace(caps, context_window=window)

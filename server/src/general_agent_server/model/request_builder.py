@@ -100,6 +100,9 @@ def build_request(
     system = [{"type": "text", "text": system_prompt, "cache_control": _EPHEMERAL}] if system_prompt else []
     thinking = thinking_param(config, model_ref, max_tokens)
     interleaved = thinking is not None and bool(tools) and capabilities(model_ref).interleaved_thinking_beta
+    if tools:
+        # The tool definitions are a cache breakpoint of their own: they change less often than messages.
+        tools = [*tools[:-1], {**tools[-1], "cache_control": _EPHEMERAL}]
     return ModelRequest(
         model=provider_model_id(model_ref),
         max_tokens=max_tokens,

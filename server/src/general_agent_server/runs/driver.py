@@ -16,9 +16,10 @@ import asyncio
 
 from general_agent_server.domain.clock import utcnow
 from general_agent_server.domain.errors import ErrorCode, ErrorDetail
-from general_agent_server.domain.events import RunOutcome, RunReason, StopReason
+from general_agent_server.domain.events import CompactionReason, RunOutcome, RunReason, StopReason
 from general_agent_server.domain.history import HistoryMessage
 from general_agent_server.domain.records import RunStatus
+from general_agent_server.runs.compaction import DEFAULT_COOLDOWN, CompactionOutcome, Compactor, compaction_due
 from general_agent_server.runs.endings import Endings
 from general_agent_server.runs.host import RunHost
 from general_agent_server.runs.limits import deadline_exceeded, limit_reached, run_limits
@@ -27,6 +28,7 @@ from general_agent_server.runs.run_hooks import prepare_prompt
 from general_agent_server.runs.state import (
     ActiveRun,
     CallModel,
+    Compact,
     DriverState,
     EndRun,
     Failed,
@@ -107,6 +109,8 @@ class RunDriver:
                     step = await self._advance(step)
                 except RunFailed as failure:
                     step = failure.failed
+            elif isinstance(step, Compact):
+                step = await self._compact_for_overflow()
             elif isinstance(step, Failed):
                 await self._endings.fail(step)
                 return
@@ -144,6 +148,8 @@ class RunDriver:
         if state.first_history is None and host.ledger.record.pending_injections:
             await self._rounds.land()  # injections are committed after the round's results
             await self._calls.deliver_injections()
+        if self._compaction_due():
+            await self._compact(CompactionReason.TOKEN_THRESHOLD)
         tools = host.toolset()
         history = (
             state.first_history or (state.next_history if state.landing is not None else None) or host.ledger.history
@@ -160,9 +166,46 @@ class RunDriver:
                 stop_reason=state.last_stop_reason,
             )
         outcome = await self._calls.call(self._calls.request(history, run.prompt, tools), run.credential)
-        if isinstance(outcome, EndRun):
+        if isinstance(outcome, EndRun | Compact):
             return outcome
         return await self._calls.next_step(outcome, run.prompt.model_ref)
+
+    def _compaction_due(self) -> bool:
+        """The session's automatic compaction: its threshold crossed by the latest snapshot, its cooldown past."""
+        automatic = self._host.ledger.record.config.auto_compaction
+        if automatic.threshold_pct <= 0:
+            return False
+        cooldown = DEFAULT_COOLDOWN if automatic.cooldown_seconds is None else automatic.cooldown_seconds
+        return compaction_due(automatic.threshold_pct, cooldown)(self._host.ledger.record)
+
+    async def _compact(self, reason: CompactionReason) -> CompactionOutcome:
+        """Compacts inside the run (its events on the run's stream); the next request is built from the new
+        history, and the summary's usage counts as the run's."""
+        run, state = self._run, self._state
+        await run.admitted.wait()
+        await self._rounds.land()
+        model_ref = run.prompt.model_ref if run.prompt is not None else run.model_ref
+        assert run.credential is not None  # resolved before every model call
+        compactor = Compactor(self._host, run_id=run.run_id, model_ref=model_ref, credential=run.credential)
+        outcome = await compactor.compact(reason)
+        state.usage = state.usage + outcome.usage
+        state.first_history = state.next_history = None
+        return outcome
+
+    async def _compact_for_overflow(self) -> NextStep:
+        outcome = await self._compact(CompactionReason.CONTEXT_OVERFLOW)
+        if outcome.compacted:
+            return CallModel()
+        message = outcome.error.message if outcome.error is not None else "nothing older than the kept turns"
+        return Failed(
+            reason=RunReason.CONTEXT_OVERFLOW,
+            detail=ErrorDetail(
+                code=ErrorCode.INVALID_ARGUMENT,
+                reason="CONTEXT_OVERFLOW",
+                message=f"the request is over the model's context window and compaction could not shrink it: {message}",
+            ),
+            stop_reason=StopReason.ERROR,
+        )
 
     def _check_limits(self) -> Failed | None:
         state, limits = self._state, self._limits

@@ -46,6 +46,10 @@ class RunHost(Protocol):
     @property
     def workspace(self) -> Path: ...
 
+    @property
+    def session_file(self) -> str:
+        """The session's transcript export (what hooks call `sessionFile`)."""
+
     def toolset(self) -> ToolSet: ...
 
     def credential(self) -> Credential | None:

@@ -9,6 +9,9 @@ runs a tool round, or (a steering message undelivered) makes one more call."""
 from __future__ import annotations
 
 import asyncio
+import re
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from general_agent_server.domain.clock import utcnow
@@ -41,7 +44,7 @@ from general_agent_server.model.port import (
 from general_agent_server.model.request_builder import build_request, user_content_blocks
 from general_agent_server.runs.host import RunHost
 from general_agent_server.runs.limits import RunLimits
-from general_agent_server.runs.state import ActiveRun, DriverState, EndRun, NextStep, PromptPlan, RunToolRound
+from general_agent_server.runs.state import ActiveRun, Compact, DriverState, EndRun, NextStep, PromptPlan, RunToolRound
 from general_agent_server.runs.tool_round import ToolRound
 from general_agent_server.tools.runtime import ToolSet
 
@@ -78,8 +81,19 @@ def provider_error_detail(error: ModelCallError) -> ErrorDetail:
     return ErrorDetail(code=code, reason="PROVIDER_ERROR", message=error.message, metadata=metadata)
 
 
-def usage_snapshot(usage: Usage, model_ref: str) -> UsageSnapshot:
-    window = capabilities(model_ref).context_window
+# How the Messages API words a request over the model's context window (HTTP 400, invalid_request_error).
+_OVERFLOW = re.compile(
+    r"prompt is too long|context (window|length)|too many (input )?tokens|exceeds? the maximum", re.I
+)
+
+
+def is_context_overflow(error: ModelCallError) -> bool:
+    return error.http_status == 400 and bool(_OVERFLOW.search(error.message))
+
+
+def usage_snapshot(usage: Usage, model_ref: str, context_windows: Sequence[tuple[str, int]] = ()) -> UsageSnapshot:
+    """What the call's input filled of the model's window: uncached input plus cache reads and writes."""
+    window = capabilities(model_ref, context_windows).context_window
     used = usage.context_input_tokens
     return UsageSnapshot(
         used_input_tokens=used,
@@ -112,7 +126,7 @@ class ModelCall:
             run_id=self._run.run_id,
         )
 
-    async def call(self, request: ModelRequest, credential: Credential) -> MessageComplete | EndRun:
+    async def call(self, request: ModelRequest, credential: Credential) -> MessageComplete | Compact | EndRun:
         """One model call with its retries; an EndRun when the provider failed for good."""
         host, run, state = self._host, self._run, self._state
         ledger, settings = host.ledger, host.settings
@@ -130,6 +144,8 @@ class ModelCall:
                 # The failed call's turn_complete{error}; its partial text goes to the transcript only.
                 closed = ledger.stamp(run.run_id, TurnComplete(stop_reason=StopReason.ERROR, error=detail))
                 transcript = self.aborted_partial(closed.sequence)
+                if is_context_overflow(error):
+                    return await self._overflowed(detail, closed, transcript)
                 if not error.retryable or attempt >= settings.model_max_retries:
                     return EndRun(
                         outcome=RunOutcome.FAILED,
@@ -142,6 +158,24 @@ class ModelCall:
                 attempt += 1
                 await ledger.commit(events=[closed], transcript=transcript)
                 await asyncio.sleep(min(8.0, settings.model_retry_backoff * 2 ** (attempt - 1)))
+
+    async def _overflowed(
+        self, detail: ErrorDetail, closed: SequencedEvent, transcript: list[TranscriptEntry]
+    ) -> Compact | EndRun:
+        """Over the context window: compact once and call again; a second overflow fails the run."""
+        state = self._state
+        if not state.overflow_compacted:
+            state.overflow_compacted = True
+            await self._host.ledger.commit(events=[closed], transcript=transcript)
+            return Compact()
+        return EndRun(
+            outcome=RunOutcome.FAILED,
+            reason=RunReason.CONTEXT_OVERFLOW,
+            stop_reason=StopReason.ERROR,
+            error=replace(detail, reason="CONTEXT_OVERFLOW"),
+            lead_events=[closed],
+            transcript=transcript,
+        )
 
     def aborted_partial(self, sequence: int) -> list[TranscriptEntry]:
         """The text a failed or aborted model call streamed, for the transcript only."""
@@ -200,7 +234,7 @@ class ModelCall:
         state.last_call_usage = complete.usage
         stop_reason = _STOP_REASONS.get(complete.stop_reason or "", StopReason.ERROR)
         state.last_stop_reason = stop_reason
-        snapshot = usage_snapshot(complete.usage, model_ref)
+        snapshot = usage_snapshot(complete.usage, model_ref, host.settings.context_windows)
         text = "\n".join(b["text"] for b in complete.content if b.get("type") == "text" and b.get("text"))
         assistant = HistoryMessage(
             role="assistant", content=tuple(complete.content), run_id=run.run_id, model_ref=model_ref

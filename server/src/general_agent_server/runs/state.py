@@ -178,6 +178,8 @@ class DriverState:
     last_stop_reason: StopReason | None = None
     last_call_usage: Usage = field(default_factory=Usage)
     suspended: bool = False
+    # The run has compacted once for a context overflow; a second overflow fails it.
+    overflow_compacted: bool = False
     tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
 
     def take_carry(self) -> tuple[list[SequencedEvent], list[TranscriptEntry], list[ToolCallRecord]]:
@@ -201,6 +203,11 @@ class RunToolRound:
     events: list[SequencedEvent]
     transcript: list[TranscriptEntry]
     changes: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Compact:
+    """The provider refused the request as over the context window: compact once, then call again."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -235,7 +242,7 @@ class Failed:
     stop_reason: StopReason | None
 
 
-NextStep = CallModel | RunToolRound | Suspend | EndRun | Failed
+NextStep = CallModel | RunToolRound | Compact | Suspend | EndRun | Failed
 
 
 class RunFailed(Exception):

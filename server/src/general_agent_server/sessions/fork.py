@@ -19,7 +19,7 @@ from general_agent_server.domain.errors import invalid_argument, quoted
 from general_agent_server.domain.history import HistoryMessage
 from general_agent_server.domain.records import RunStatus
 from general_agent_server.domain.session import ForkOrigin, SessionIdentity, SessionOverrides, SessionRecord
-from general_agent_server.domain.transcript import SessionResetEntry, TranscriptEntry
+from general_agent_server.domain.transcript import CompactionEntry, SessionResetEntry, TranscriptEntry
 from general_agent_server.domain.validation import check_sequence, check_session_id, check_session_key, check_token
 from general_agent_server.exports.transcript_export import TranscriptExporter
 from general_agent_server.hooks.admin import HookAdmin
@@ -135,14 +135,16 @@ class Forks:
         cut = finished[-1].last_sequence if finished else 0
         await store.flush()
         entries = await store.read_transcript(src.tenant, src.session_id, after_entry_id=0, limit=1 << 30)
-        resets = [e.sequence for e in entries if isinstance(e.body, SessionResetEntry)]
-        if any(r > cutoff for r in resets) and any(r.last_sequence < max(resets) for r in finished):
-            # A later reset cleared the history of the runs before it: that state cannot be rebuilt.
-            raise invalid_argument(
-                "at_sequence",
-                f"{cutoff} is before the last reset of session {quoted(src.session_id)} (sequence "
-                f"{max(resets)}), which cleared that history; fork at or after the reset",
-            )
+        for kind, what in ((SessionResetEntry, "reset"), (CompactionEntry, "compaction")):
+            marks = [e.sequence for e in entries if isinstance(e.body, kind)]
+            if any(m > cutoff for m in marks) and any(r.last_sequence < max(marks) for r in finished):
+                # A later reset cleared (a compaction summarised) the history of the runs before it: that state
+                # cannot be rebuilt.
+                raise invalid_argument(
+                    "at_sequence",
+                    f"{cutoff} is before the last {what} of session {quoted(src.session_id)} (sequence "
+                    f"{max(marks)}), which replaced that history; fork at or after the {what}",
+                )
         # The fork's log starts at 1: copied entries keep their content, not the source's numbers. Session-level
         # entries (a reset) up to the fork point come along, so the copy reads like the source.
         transcript = [

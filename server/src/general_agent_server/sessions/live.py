@@ -29,6 +29,7 @@ from typing import TypeVar
 from general_agent_server.domain.content import ContentPart, TextPart
 from general_agent_server.domain.errors import ErrorCode, ServiceError
 from general_agent_server.domain.events import (
+    CompactionReason,
     RunReason,
     RunTrigger,
     SessionResetEvent,
@@ -45,6 +46,7 @@ from general_agent_server.hooks.session_hooks import SessionHooks
 from general_agent_server.model.credentials import CredentialResolver, SessionKeys
 from general_agent_server.model.port import Credential, ModelClient
 from general_agent_server.runs.admission import prepare_admission
+from general_agent_server.runs.compaction import CompactionOutcome, Compactor, outcome_from_json, outcome_to_json
 from general_agent_server.runs.deadlines import Deadlines
 from general_agent_server.runs.driver import RunDriver
 from general_agent_server.runs.hosted import resolve_hosted
@@ -166,6 +168,10 @@ class LiveSession:
         if self.settings.shared_workspace:
             return self.settings.workspace_dir
         return self.settings.workspace_dir / self.tenant / self.session_id
+
+    @property
+    def session_file(self) -> str:
+        return str(self.deps.exporter.path_for(self.tenant, self.session_id))
 
     def subscribe(self) -> Subscriber:
         return self.ledger.subscribe()
@@ -459,7 +465,7 @@ class LiveSession:
             await self.hooks.fire_and_wait(
                 "before_reset",
                 {
-                    "sessionFile": str(self.deps.exporter.path_for(self.tenant, self.session_id)),
+                    "sessionFile": self.session_file,
                     "messages": MessageHistory(tuple(m.api_message() for m in self.history)),
                     "reason": reason,
                 },
@@ -473,6 +479,7 @@ class LiveSession:
                 pending_call_ids=(),
                 pending_injections=(),
                 usage_snapshot=None,
+                last_compaction_time=None,
                 stop_requested=False,
                 state=SessionState.IDLE,
                 active_run_id="",
@@ -495,9 +502,37 @@ class LiveSession:
                 await keyed.remember(self.session_id, dict(answer))
             return self.record
 
+    async def compact(
+        self,
+        reason: CompactionReason,
+        keyed: KeyedRequest,
+        *,
+        instructions: str = "",
+        due: Callable[[SessionRecord], bool] | None = None,
+    ) -> CompactionOutcome:
+        """Compacts an idle session's history (RequestCompaction, MaybeCompactByTokens); `due` decides from the
+        session's state whether it is time (a no-op result otherwise). The summary is written under the command
+        lock, so a turn arriving meanwhile waits for it."""
+        async with self._lock:
+            if (replay := await keyed.replay()) is not None:
+                return outcome_from_json(replay)
+            await self._settle()
+            if self.run is not None or self.record.state is not SessionState.IDLE:
+                raise self.busy_error()
+            if due is not None and not due(self.record):
+                count = len(self.history)
+                outcome = CompactionOutcome(reason=reason, compacted=False, messages_before=count, messages_after=count)
+            else:
+                model_ref = self.record.config.model_ref or self.settings.default_model
+                compactor = Compactor(self, run_id="", model_ref=model_ref, credential=self.require_credential())
+                outcome = await compactor.compact(reason, instructions)
+            await keyed.remember(self.session_id, outcome_to_json(outcome))
+            return outcome
+
     async def when_idle(self, work: Callable[[], Awaitable[T]]) -> T:
         """Runs `work` with no run active and no command applying meanwhile (a checkpoint restore)."""
         async with self._lock:
+            await self._settle()
             if self.run is not None or self.record.state is not SessionState.IDLE:
                 raise self.busy_error()
             return await work()

@@ -13,7 +13,7 @@ from typing import Any
 from general_agent_server.domain.clock import utcnow
 from general_agent_server.domain.context import CallContext, SessionView
 from general_agent_server.domain.errors import ErrorCode, ServiceError, invalid_argument, quoted, session_not_found
-from general_agent_server.domain.events import RunReason
+from general_agent_server.domain.events import CompactionReason, RunReason
 from general_agent_server.domain.session import (
     HostedToolDefinition,
     SessionConfig,
@@ -23,12 +23,24 @@ from general_agent_server.domain.session import (
     SessionState,
 )
 from general_agent_server.domain.transcript import TranscriptEntry
-from general_agent_server.domain.validation import check_config, check_session_id, check_session_key, check_token
+from general_agent_server.domain.validation import (
+    check_config,
+    check_session_id,
+    check_session_key,
+    check_size,
+    check_token,
+)
 from general_agent_server.exports.event_log import EventLog
 from general_agent_server.exports.transcript_export import TranscriptExporter
 from general_agent_server.hooks.admin import HookAdmin
 from general_agent_server.hooks.registrations import HOOK_REGISTRATION, HookRegistrationSpec
 from general_agent_server.model.credentials import CredentialResolver, SessionKeys
+from general_agent_server.runs.compaction import (
+    DEFAULT_COOLDOWN,
+    DEFAULT_THRESHOLD_PCT,
+    CompactionOutcome,
+    compaction_due,
+)
 from general_agent_server.sessions.cache import SessionCache
 from general_agent_server.sessions.idempotency import Idempotency, IdempotencyKeys
 from general_agent_server.sessions.paging import decode_token, encode_token, filters_digest, invalid_token
@@ -330,6 +342,43 @@ class SessionService:
         entries = await self._store.count_transcript(tenant, session_id)
         event = {**identity, "messageCount": entries, "durationMs": 0}
         runner.fire("session_end", event, identity, tenant=tenant, session_id=session_id)
+
+    # ------------------------------------------------------------------ compaction
+    async def compact(
+        self, ctx: CallContext, session_id: str, *, instructions: str = "", idem: Idempotency | None = None
+    ) -> CompactionOutcome:
+        """RequestCompaction: the older history summarised now (a no-op when nothing is older than the kept
+        turns); SESSION_BUSY while a run is active or suspended."""
+        check_session_id(session_id)
+        check_size(
+            "instructions", len(instructions.encode()), "bytes", self.settings.input_limits, "max_system_prompt_bytes"
+        )
+        async with self._cache.use(ctx.tenant, session_id) as session:
+            keyed = self._keys.keyed(ctx.tenant, "RequestCompaction", idem)
+            return await session.compact(CompactionReason.MANUAL_REQUEST, keyed, instructions=instructions)
+
+    async def maybe_compact(
+        self,
+        ctx: CallContext,
+        session_id: str,
+        *,
+        threshold_pct: int,
+        cooldown_seconds: float | None,
+        idem: Idempotency | None = None,
+    ) -> CompactionOutcome:
+        """MaybeCompactByTokens: compacts when the latest usage snapshot is at or over the threshold (default 85%)
+        and the last compaction is at least the cooldown (default 60 s) ago."""
+        check_session_id(session_id)
+        if not 0 <= threshold_pct <= 100:
+            raise invalid_argument("threshold_pct", "must be between 0 and 100")
+        if cooldown_seconds is not None and cooldown_seconds < 0:
+            raise invalid_argument("cooldown", "must not be negative")
+        due = compaction_due(
+            threshold_pct or DEFAULT_THRESHOLD_PCT, DEFAULT_COOLDOWN if cooldown_seconds is None else cooldown_seconds
+        )
+        async with self._cache.use(ctx.tenant, session_id) as session:
+            keyed = self._keys.keyed(ctx.tenant, "MaybeCompactByTokens", idem)
+            return await session.compact(CompactionReason.TOKEN_THRESHOLD, keyed, due=due)
 
     # ------------------------------------------------------------------ checkpoints
     async def list_checkpoints(

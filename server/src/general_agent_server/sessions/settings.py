@@ -44,6 +44,10 @@ class CoreSettings:
     plugin_mode: PluginMode
     enabled_plugin_ids: tuple[str, ...]
     input_limits: InputLimits
+    compaction_keep_recent_turns: int
+    compaction_summary_max_tokens: int
+    compaction_timeout: float
+    context_windows: tuple[tuple[str, int], ...]
     # Internal constants, not settings:
     # sequences reserved in the session record per block, so a crash never reuses one;
     sequence_block: int = 4096

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -637,13 +638,68 @@ class _ResolvedUsage:
         }
 
 
-def _resolve_usage(reply: Reply, rec: RecordedRequest) -> _ResolvedUsage:
+class PromptCache:
+    """Anthropic's prompt caching, as far as token accounting goes: a request's prefix up to a block marked
+    ``cache_control`` is written to the cache; a later request whose prefix (tools, then system, then messages)
+    matches a written one, at a breakpoint or up to 20 blocks before it, reads it back. The markers themselves
+    are not part of what is compared, so a breakpoint that moves to the newest message still hits."""
+
+    LOOKBACK = 20
+
+    def __init__(self) -> None:
+        self._written: set[str] = set()
+
+    def usage(self, body: JSONDict) -> tuple[int, int]:
+        """``(cache_read_input_tokens, cache_creation_input_tokens)`` of a request, recording what it writes."""
+        items: list[tuple[str, bool]] = []
+        for tool in body.get("tools") or []:
+            items.append(self._item(tool))
+        system = body.get("system")
+        for block in system if isinstance(system, list) else ([{"type": "text", "text": system}] if system else []):
+            items.append(self._item(block))
+        for message in body.get("messages") or []:
+            content = message.get("content")
+            for block in content if isinstance(content, list) else [{"type": "text", "text": content}]:
+                items.append(self._item({"role": message.get("role"), **block}))
+        digests, sizes, digest, size = [], [], hashlib.sha256(), 0
+        for text, _ in items:
+            digest.update(text.encode())
+            size += len(text)
+            digests.append(digest.hexdigest())
+            sizes.append(size)
+        breakpoints = [i for i, (_, marked) in enumerate(items) if marked]
+        read = 0
+        for point in reversed(breakpoints):
+            hit = next(
+                (i for i in range(point, max(-1, point - self.LOOKBACK), -1) if digests[i] in self._written), None
+            )
+            if hit is not None:
+                read = max(read, sizes[hit] // 4)
+        written = sizes[breakpoints[-1]] // 4 if breakpoints else 0
+        self._written.update(digests[i] for i in breakpoints)
+        return read, max(0, written - read)
+
+    @staticmethod
+    def _item(block: JSONDict) -> tuple[str, bool]:
+        marked = "cache_control" in block
+        plain = {k: v for k, v in block.items() if k != "cache_control"}
+        return json.dumps(plain, sort_keys=True, separators=(",", ":")), marked
+
+
+def _resolve_usage(reply: Reply, rec: RecordedRequest, cache: PromptCache | None = None) -> _ResolvedUsage:
     u = reply.usage
+    read, creation = u.cache_read_input_tokens, u.cache_creation_input_tokens
+    input_tokens = u.input_tokens
+    if input_tokens is None:
+        input_tokens = estimate_tokens(rec.body)
+        if cache is not None and not (read or creation):
+            read, creation = cache.usage(rec.body)
+            input_tokens = max(1, input_tokens - read - creation)
     return _ResolvedUsage(
-        input_tokens=u.input_tokens if u.input_tokens is not None else estimate_tokens(rec.body),
+        input_tokens=input_tokens,
         output_tokens=u.output_tokens if u.output_tokens is not None else _output_estimate(reply),
-        cache_creation_input_tokens=u.cache_creation_input_tokens,
-        cache_read_input_tokens=u.cache_read_input_tokens,
+        cache_creation_input_tokens=creation,
+        cache_read_input_tokens=read,
     )
 
 
@@ -691,11 +747,11 @@ def _block_events(index: int, block: Block) -> list[tuple[str, JSONDict]]:
 class _Message:
     """A reply resolved against one request: ids, model and usage fixed."""
 
-    def __init__(self, reply: Reply, rec: RecordedRequest) -> None:
+    def __init__(self, reply: Reply, rec: RecordedRequest, cache: PromptCache | None = None) -> None:
         self.reply = reply
         self.id = f"msg_fake_{uuid.uuid4().hex[:24]}"
         self.model = reply.model or rec.model or "claude-fake"
-        self.usage = _resolve_usage(reply, rec)
+        self.usage = _resolve_usage(reply, rec, cache)
 
     def full_json(self) -> JSONDict:
         return {
@@ -791,12 +847,17 @@ class FakeAnthropic:
         default_reply: ReplyLike | None = None,
         responder: Responder | None = None,
         validate: bool = True,
+        prompt_cache: bool = False,
     ) -> None:
         """Configure the server; nothing listens until :meth:`start`.
 
         ``validate`` checks auth and required fields like the real API; turn it
-        off for clients that deliberately send odd requests.
+        off for clients that deliberately send odd requests. ``prompt_cache``
+        reports cache reads and writes for requests with ``cache_control``
+        breakpoints, as the real API does (:class:`PromptCache`); replies that
+        script their own usage keep it.
         """
+        self.prompt_cache = PromptCache() if prompt_cache else None
         self._host = host
         self._port = port
         self._lock = threading.Lock()
@@ -1095,7 +1156,7 @@ class FakeAnthropic:
             if not rec.stream:
                 status = ERROR_STATUS.get(reply.error_type, 500)
                 return self._error(rec, status, reply.error_type, reply.message)
-            msg = _Message(reply.base_reply(), rec)
+            msg = _Message(reply.base_reply(), rec, self.prompt_cache)
             events = [msg.start_event(), *msg.block_events(limit=reply.after_blocks)]
             events.append(("error", _error_body(reply.error_type, reply.message, rec.request_id)))
             return await self._stream(request, rec, events, delay=msg.reply.delay_between_events)
@@ -1103,12 +1164,12 @@ class FakeAnthropic:
         if isinstance(reply, CutStreamReply):
             if not rec.stream:
                 return self._error(rec, 500, "api_error", "Internal server error")
-            msg = _Message(reply.base_reply(), rec)
+            msg = _Message(reply.base_reply(), rec, self.prompt_cache)
             events = msg.all_events()[: reply.after_events]
             return await self._stream(request, rec, events, delay=msg.reply.delay_between_events, garbage=reply.garbage)
 
         if isinstance(reply, HangReply):
-            msg = _Message(reply.base_reply(), rec)
+            msg = _Message(reply.base_reply(), rec, self.prompt_cache)
             if not rec.stream:
                 try:
                     await self._wait_gate(request, reply.gate)
@@ -1127,7 +1188,7 @@ class FakeAnthropic:
                 gate=reply.gate,
             )
 
-        msg = _Message(reply.to_reply(), rec)
+        msg = _Message(reply.to_reply(), rec, self.prompt_cache)
         if not rec.stream:
             return self._json(rec, msg)
         return await self._stream(request, rec, msg.all_events(), delay=msg.reply.delay_between_events)

@@ -38,6 +38,7 @@ def session_columns(record: SessionRecord) -> tuple[Any, ...]:
         "cumulative_usage": codec.USAGE.to_jsonable(record.cumulative_usage),
         "forked_from": codec.FORK_ORIGIN.to_jsonable(record.forked_from) if record.forked_from else None,
         "pending_injections": [codec.CONTENT_PARTS.to_jsonable(parts) for parts in record.pending_injections],
+        "last_compaction_us": to_us(record.last_compaction_time) if record.last_compaction_time else None,
     }
     return (
         record.tenant,
@@ -101,6 +102,7 @@ def record_from_row(row: sqlite3.Row | tuple[Any, ...]) -> SessionRecord:
         pending_injections=tuple(
             codec.CONTENT_PARTS.loads(json.dumps(parts)) for parts in runtime.get("pending_injections", ())
         ),
+        last_compaction_time=from_us(runtime["last_compaction_us"]) if runtime.get("last_compaction_us") else None,
     )
 
 

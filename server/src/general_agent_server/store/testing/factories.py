@@ -165,6 +165,7 @@ def full_session(tenant: str, session_id: str) -> SessionRecord:
         last_sequence=57,
         sequence_reserved=64,
         history_message_count=12,
+        last_compaction_time=datetime(2024, 5, 6, 7, 9, 5, 222222, tzinfo=UTC),
         version=3,
     )
 

@@ -105,6 +105,7 @@ class SessionRecordsConformance(StoreConformance):
         assert got.last_sequence == 57
         assert got.sequence_reserved == 64
         assert got.history_message_count == 12
+        assert got.last_compaction_time == datetime(2024, 5, 6, 7, 9, 5, 222222, tzinfo=UTC)
         assert got.version == 3
         assert got == record
 
