@@ -223,13 +223,13 @@ async def test_agent_end_reports_success_and_a_provider_failure(agent: Agent, fa
     assert list(ended.messages.messages) == []  # remote default include_messages NONE: counts only
     assert ended.duration_ms >= 0
 
-    fake_model.enqueue(ErrorReply(status=400, message="prompt is too long"))
+    fake_model.enqueue(ErrorReply(status=400, message="messages: malformed"))
     events = await stream_turn(agent.stub, sid, "again")
     assert last_of(events, "run_finished").reason == event_pb2.RUN_REASON_PROVIDER_ERROR
     await host.wait_until(lambda: len(host.of("agent_end")) == 2)
     failed = host.of("agent_end")[1].request.event
     assert failed.success is False
-    assert "prompt is too long" in failed.error
+    assert "messages: malformed" in failed.error
 
 
 async def test_history_is_capped_by_hook_max_payload_bytes(

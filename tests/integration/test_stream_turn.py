@@ -228,9 +228,19 @@ async def test_no_api_key_fails_before_anything_is_written(
         assert b"sk-ant-session-key-9999" not in stored
 
 
+async def test_a_context_overflow_with_nothing_to_compact_fails_context_overflow(
+    stub: Stub, fake_model: FakeAnthropic
+) -> None:
+    sid = (await create_session(stub)).identity.session_id
+    fake_model.enqueue(ErrorReply(status=400, message="prompt is too long: 230000 tokens > 200000 maximum"))
+    finished = last_of(await stream_turn(stub, sid, "huge"), "run_finished")
+    assert (finished.outcome, finished.reason) == (event_pb2.RUN_OUTCOME_FAILED, event_pb2.RUN_REASON_CONTEXT_OVERFLOW)
+    assert "prompt is too long" in finished.error.message
+
+
 async def test_provider_error_fails_the_run_and_the_session_stays_usable(stub: Stub, fake_model: FakeAnthropic) -> None:
     sid = (await create_session(stub)).identity.session_id
-    fake_model.enqueue(ErrorReply(status=400, error_type="invalid_request_error", message="prompt is too long"))
+    fake_model.enqueue(ErrorReply(status=400, error_type="invalid_request_error", message="messages: malformed"))
     events = await stream_turn(stub, sid, "first")
     assert kinds(events) == ["run_started", "turn_complete", "run_finished"]
     complete = last_of(events, "turn_complete")
@@ -241,7 +251,7 @@ async def test_provider_error_fails_the_run_and_the_session_stays_usable(stub: S
         event_pb2.RUN_REASON_PROVIDER_ERROR,
     )
     assert finished.error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
-    assert "prompt is too long" in finished.error.message
+    assert "messages: malformed" in finished.error.message
     assert complete.error == finished.error
     fake_model.enqueue(TextReply("recovered"))
     events = await stream_turn(stub, sid, "second")

@@ -24,6 +24,7 @@ from general_agent_server.hooks.admin import HookAdmin
 from general_agent_server.hooks.plugins import LoadedPlugins, load_plugins
 from general_agent_server.hooks.registrations import HookDialer, HookRegistrationSpec
 from general_agent_server.hooks.runner import HookOutcome, HookRegistry, HookRunner
+from general_agent_server.mcp_servers.servers import McpServers, McpSettings
 from general_agent_server.model.credentials import CredentialResolver, SessionKeys
 from general_agent_server.model.port import ModelClient
 from general_agent_server.runs.attachment import Attachment
@@ -36,6 +37,7 @@ from general_agent_server.sessions.children import ChildSessions
 from general_agent_server.sessions.fork import ForkDeps, Forks
 from general_agent_server.sessions.idempotency import IdempotencyKeys
 from general_agent_server.sessions.live import SessionDeps
+from general_agent_server.sessions.mcp_service import McpService
 from general_agent_server.sessions.service import SessionService, SessionServiceDeps
 from general_agent_server.sessions.serving import ServingGate
 from general_agent_server.sessions.settings import CoreSettings
@@ -80,6 +82,13 @@ class Agent:
         builtins = dict(catalog.builtins)
         catalog = replace(catalog, builtins=builtins)
         self.catalog = catalog
+        self.mcp = McpServers(
+            McpSettings(
+                connect_timeout=settings.mcp_connect_timeout,
+                call_timeout=settings.mcp_call_timeout,
+                idle_timeout=settings.mcp_idle_timeout,
+            )
+        )
         self.cache = SessionCache(
             SessionDeps(
                 store=store,
@@ -94,6 +103,7 @@ class Agent:
                 event_log=event_log,
                 hooks=self.hook_runner,
                 checkpoints=recorder,
+                mcp=self.mcp,
             )
         )
         self.hooks = HookAdmin(
@@ -159,6 +169,7 @@ class Agent:
             keys=idempotency,
             streams=EventStreams(store=store, cache=self.cache, replay_batch=settings.event_replay_batch),
         )
+        self.mcp_servers = McpService(cache=self.cache, keys=idempotency, settings=settings)
         children = ChildSessions(sessions=self.sessions, control=self.runs, cache=self.cache, keys=keys)
         builtins["subagents"] = SubagentTool(
             children, builtin_names=frozenset(builtins), timeout_seconds=settings.run_deadline
@@ -207,8 +218,9 @@ class Agent:
         await asyncio.gather(*(s.end_session_hooks(wait=True) for s in self.cache.loaded()))
         await self._fire_gateway("gateway_stop", {"reason": "shutdown"})
         await asyncio.gather(*self.hook_runner.background, return_exceptions=True)
-        # Background processes of tools (exec) die with the server.
+        # Background processes of tools (exec) and MCP servers die with the server.
         await self.catalog.aclose()
+        await self.mcp.aclose()
         await self.cache.close()  # leases released: another replica may take these sessions at once
         await self.exporter.close()
         if self.hook_dialer is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, NoReturn, TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import grpc
 from google.protobuf import json_format
@@ -19,12 +19,12 @@ from general_agent.v1 import server_info_pb2 as server_info_api
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.agent import Agent
-from general_agent_server.api import convert
+from general_agent_server.api import convert, mcp
 from general_agent_server.api.decoding import InvalidRequest
 from general_agent_server.api.errors import abort, status_from_detail
 from general_agent_server.api.interceptors import current_request_id
 from general_agent_server.domain.context import CallContext, CallerRole, SessionView
-from general_agent_server.domain.errors import invalid_argument, not_implemented
+from general_agent_server.domain.errors import invalid_argument
 from general_agent_server.domain.session import DEFAULT_TENANT
 from general_agent_server.runs.compaction import CompactionOutcome
 
@@ -36,6 +36,7 @@ Resp = TypeVar("Resp")
 CAPABILITIES = (
     "sessions",
     "compaction",
+    "mcp",
     "streaming_turns",
     "watch",
     "idempotency",
@@ -56,14 +57,6 @@ CAPABILITIES = (
     "file_tools",
     "web_tools",
 )
-
-# RPC → the capability (and later release) that provides it.
-UNIMPLEMENTED_RPCS: dict[str, str] = {
-    "SetMcpServers": "mcp",
-    "GetMcpServers": "mcp",
-    "ToggleMcpServer": "mcp",
-    "GetMcpStatus": "mcp",
-}
 
 
 def call_context(context: Context) -> CallContext:
@@ -424,25 +417,37 @@ class AgentServicer(api_grpc.AgentServiceServicer):
             restored_paths=list(result.restored_paths), checkpoints_undone=result.checkpoints_undone
         )
 
+    @unary
     async def SetMcpServers(
         self, request: mcp_pb2.SetMcpServersRequest, context: Context
     ) -> mcp_pb2.SetMcpServersResponse:
-        return await _unimplemented(context, "SetMcpServers")
+        statuses = await self._agent.mcp_servers.set_servers(
+            call_context(context), request.session_id, mcp.servers_from_proto(request.servers)
+        )
+        return mcp_pb2.SetMcpServersResponse(statuses=[mcp.status_to_proto(s) for s in statuses])
 
+    @unary
     async def GetMcpServers(
         self, request: mcp_pb2.GetMcpServersRequest, context: Context
     ) -> mcp_pb2.GetMcpServersResponse:
-        return await _unimplemented(context, "GetMcpServers")
+        servers, disabled = await self._agent.mcp_servers.get_servers(call_context(context), request.session_id)
+        return mcp_pb2.GetMcpServersResponse(servers=mcp.servers_to_proto(servers), disabled_servers=list(disabled))
 
+    @unary
     async def ToggleMcpServer(
         self, request: mcp_pb2.ToggleMcpServerRequest, context: Context
     ) -> mcp_pb2.ToggleMcpServerResponse:
-        return await _unimplemented(context, "ToggleMcpServer")
+        status = await self._agent.mcp_servers.toggle(
+            call_context(context), request.session_id, request.server_name, request.enabled
+        )
+        return mcp_pb2.ToggleMcpServerResponse(status=mcp.status_to_proto(status))
 
+    @unary
     async def GetMcpStatus(
         self, request: mcp_pb2.GetMcpStatusRequest, context: Context
     ) -> mcp_pb2.GetMcpStatusResponse:
-        return await _unimplemented(context, "GetMcpStatus")
+        statuses = await self._agent.mcp_servers.status(call_context(context), request.session_id)
+        return mcp_pb2.GetMcpStatusResponse(statuses=[mcp.status_to_proto(s) for s in statuses])
 
 
 def compaction_result(outcome: CompactionOutcome) -> session_api.CompactionResult:
@@ -457,7 +462,3 @@ def compaction_result(outcome: CompactionOutcome) -> session_api.CompactionResul
     if outcome.error is not None:
         result.error.CopyFrom(status_from_detail(outcome.error))
     return result
-
-
-async def _unimplemented(context: Context, rpc: str) -> NoReturn:
-    await abort(context, not_implemented(UNIMPLEMENTED_RPCS[rpc], rpc))

@@ -71,7 +71,14 @@ def validate(settings: ServerSettings) -> None:
         key, sep, tokens = item.partition("=")
         if not sep or not key.strip() or not tokens.strip().isdigit() or int(tokens) <= 0:
             raise ConfigError(f"context_windows: expected key=tokens with a positive number, got {item.strip()!r}")
-    for name in ("compaction_keep_recent_turns", "compaction_summary_max_tokens", "compaction_timeout"):
+    for name in (
+        "compaction_keep_recent_turns",
+        "compaction_summary_max_tokens",
+        "compaction_timeout",
+        "mcp_connect_timeout",
+        "mcp_call_timeout",
+        "mcp_idle_timeout",
+    ):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{name}: must be positive")
     for tenant, profile_id in settings.tenant_default_profiles.items():

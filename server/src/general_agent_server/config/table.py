@@ -191,6 +191,18 @@ class ServerSettings:
         "Comma-separated overrides of the model table's context window, `key=tokens`; a key matches a model ref "
         "that contains it (e.g. `sonnet-4-6=1000000`).",
     )
+    mcp_connect_timeout: float = setting(
+        10.0,
+        "Seconds a model call waits for the session's MCP servers still connecting before it goes on without them.",
+    )
+    mcp_call_timeout: float = setting(60.0, "Seconds one MCP tool call may take.")
+    mcp_idle_timeout: float = setting(
+        300.0, "Seconds a session's MCP servers stay connected after its last run ended (or suspended)."
+    )
+    mcp_stdio_allow: str = setting(
+        "",
+        "Comma-separated commands tenant-role callers may start as stdio MCP servers (the operator may start any).",
+    )
     hook_max_payload_bytes: int = setting(
         MIB, "Bytes of message history one remote hook call carries (oldest dropped first, `truncated` set)."
     )
@@ -227,6 +239,7 @@ class ServerSettings:
             enabled_plugin_ids=normalise_plugin_ids(self.enabled_plugin_ids.split(",")),
             input_limits=self.input_limits,
             context_windows=context_windows(self.context_windows),
+            mcp_stdio_allow=frozenset(c.strip() for c in self.mcp_stdio_allow.split(",") if c.strip()),
         )
 
     def tool_limits(self) -> ToolLimits:
@@ -255,7 +268,15 @@ SETTINGS: tuple[Setting, ...] = tuple(
     if "help" in f.metadata
 )
 INPUT_LIMIT_NAMES = tuple(f.name for f in fields(InputLimits))
-_PARSED = {"workspace_dir", "ssrf_allow_hosts", "plugin_mode", "enabled_plugin_ids", "input_limits", "context_windows"}
+_PARSED = {
+    "workspace_dir",
+    "ssrf_allow_hosts",
+    "plugin_mode",
+    "enabled_plugin_ids",
+    "input_limits",
+    "context_windows",
+    "mcp_stdio_allow",
+}
 CORE_COPIED = tuple(
     f.name for f in fields(CoreSettings) if f.name not in _PARSED and f.name in {s.name for s in SETTINGS}
 )

@@ -134,7 +134,6 @@ def check_config(
     check_session_limits(config.limits, f"{field_prefix}.limits")
     check_size(f"{field_prefix}.allowed_tools", len(config.allowed_tools), "tools", limits, "max_allowed_tools")
     _check_names(f"{field_prefix}.allowed_tools", config.allowed_tools)
-    # Kept with the config although MCP is not served yet (mcp_servers itself is refused below).
     if len(config.disabled_mcp_servers) > MAX_MCP_SERVERS:
         raise invalid_argument(f"{field_prefix}.disabled_mcp_servers", f"at most {MAX_MCP_SERVERS} servers")
     _check_names(f"{field_prefix}.disabled_mcp_servers", config.disabled_mcp_servers)
@@ -143,8 +142,11 @@ def check_config(
     check_hosted_tools(
         config.hosted_tools, field=f"{field_prefix}.hosted_tools", global_names=global_hosted_names, limits=limits
     )
-    if config.mcp_servers:
-        raise not_implemented("mcp", f"{field_prefix}.mcp_servers")
+    unknown = sorted(set(config.disabled_mcp_servers) - set(config.mcp_servers))
+    if unknown:
+        raise invalid_argument(
+            f"{field_prefix}.disabled_mcp_servers", f"{quoted(unknown[0])} is not a configured server"
+        )
     # Asked-for capabilities this build does not have are refused, never silently ignored.
     automatic = config.auto_compaction
     if not 0 <= automatic.threshold_pct <= 100:

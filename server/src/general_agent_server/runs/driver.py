@@ -150,6 +150,7 @@ class RunDriver:
             await self._calls.deliver_injections()
         if self._compaction_due():
             await self._compact(CompactionReason.TOKEN_THRESHOLD)
+        await host.prepare_tools()
         tools = host.toolset()
         history = (
             state.first_history or (state.next_history if state.landing is not None else None) or host.ledger.history

@@ -52,6 +52,9 @@ class RunHost(Protocol):
 
     def toolset(self) -> ToolSet: ...
 
+    async def prepare_tools(self) -> None:
+        """What the next model call's tools need started (MCP servers), started and settled."""
+
     def credential(self) -> Credential | None:
         """The credential a model call of this session uses now (None: none resolves)."""
 

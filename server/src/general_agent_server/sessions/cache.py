@@ -238,6 +238,8 @@ class SessionCache:
         """The session object ends here (a later turn loads a new one and fires session_start again)."""
         await session.end_session_hooks(wait=False)
         if self.peek(session.tenant, session.session_id) is None:  # not loaded again meanwhile
+            if self._deps.mcp is not None:
+                await self._deps.mcp.close_session(session.tenant, session.session_id)
             await self._release(session.tenant, session.session_id)
 
     def loaded(self) -> list[LiveSession]:

@@ -43,6 +43,7 @@ from general_agent_server.exports.transcript_export import TranscriptExporter
 from general_agent_server.hooks.payloads import MessageHistory
 from general_agent_server.hooks.runner import HookRunner
 from general_agent_server.hooks.session_hooks import SessionHooks
+from general_agent_server.mcp_servers.servers import McpServers, SessionServers
 from general_agent_server.model.credentials import CredentialResolver, SessionKeys
 from general_agent_server.model.port import Credential, ModelClient
 from general_agent_server.runs.admission import prepare_admission
@@ -82,6 +83,7 @@ class SessionDeps:
     event_log: EventLog | None = None
     hooks: HookRunner | None = None
     checkpoints: CheckpointRecorder | None = None
+    mcp: McpServers | None = None
 
 
 def no_api_key(session_id: str, why: str) -> ServiceError:
@@ -115,7 +117,8 @@ class LiveSession:
         self.users = 0
         self.on_idle: Callable[[LiveSession], None] = lambda session: None
         self._queue = TurnQueue(record.session_id)
-        self._toolset: tuple[object, SessionMode, ToolSet] | None = None
+        self._toolset: tuple[object, SessionMode, object, ToolSet] | None = None
+        self._mcp_config: object = None
         # Weak: an armed deadline must not keep an evicted session alive through a reference cycle.
         ref = weakref.ref(self)
 
@@ -181,11 +184,13 @@ class LiveSession:
 
     # ------------------------------------------------------------------ what its runs use (runs/host.py)
     def toolset(self) -> ToolSet:
-        """The session's tools, rebuilt only when its config or mode changes (the set keeps its compiled
-        argument validators between model calls). Identity, not equality: configs are replaced whole."""
+        """The session's tools, rebuilt only when its config, mode or ready MCP servers change (the set keeps its
+        compiled argument validators between model calls). Identity, not equality: configs are replaced whole."""
         config, mode = self.record.config, self.record.identity.mode
+        servers = self.mcp
+        mcp_key = servers.tools_key() if servers is not None else ()
         cached = self._toolset
-        if cached is None or cached[0] is not config or cached[1] is not mode:
+        if cached is None or cached[0] is not config or cached[1] is not mode or cached[2] != mcp_key:
             hosted = [
                 ToolSpec(
                     name=t.name,
@@ -196,11 +201,33 @@ class LiveSession:
                 )
                 for t in (*self.deps.global_hosted_tools, *config.hosted_tools)
             ]
+            taken = set(self.deps.catalog.builtins) | {t.name for t in hosted}
             tools = self.deps.catalog.for_session(
-                coding=mode is SessionMode.CODING, allowed=config.allowed_tools, extra=hosted
+                coding=mode is SessionMode.CODING,
+                allowed=config.allowed_tools,
+                extra=hosted,
+                mcp=servers.tools(taken) if servers is not None else (),
             )
-            cached = self._toolset = (config, mode, tools)
-        return cached[2]
+            cached = self._toolset = (config, mode, mcp_key, tools)
+        return cached[3]
+
+    @property
+    def mcp(self) -> SessionServers | None:
+        """The session's MCP servers, kept in step with its stored map (None: the server serves no MCP)."""
+        if self.deps.mcp is None:
+            return None
+        servers = self.deps.mcp.for_session(self.tenant, self.session_id, self.workspace)
+        config = self.record.config
+        if self._mcp_config is not config:
+            servers.configure(config.mcp_servers, config.disabled_mcp_servers)
+            self._mcp_config = config
+        return servers
+
+    async def prepare_tools(self) -> None:
+        """Before a model call: the MCP servers started and settled (at most mcp_connect_timeout)."""
+        servers = self.mcp
+        if servers is not None and servers.configured:
+            await servers.prepare()
 
     def hosted_deadline(self, spec: ToolSpec) -> timedelta:
         wanted = (
@@ -242,13 +269,19 @@ class LiveSession:
     def run_task_done(self, run: ActiveRun, *, suspended: bool) -> None:
         run.task = None
         if suspended:
+            self._release_mcp()
             return
         if self.run is run:
             self.run = None
         run.finished.set()
         self._wake_queue()
         self.ledger.retain()
+        self._release_mcp()
         self.on_idle(self)
+
+    def _release_mcp(self) -> None:
+        if self.deps.mcp is not None and (servers := self.mcp) is not None:
+            servers.release_later()
 
     # ------------------------------------------------------------------ turns
     def busy_error(self) -> ServiceError:
@@ -462,6 +495,7 @@ class LiveSession:
             if await keyed.replay() is not None:
                 return self.record
             await self._stop_run(RunReason.SESSION_RESET)
+            await self._close_mcp()  # they start again at the next run
             await self.hooks.fire_and_wait(
                 "before_reset",
                 {
@@ -548,7 +582,13 @@ class LiveSession:
             await self._stop_run(reason)
             self.deadlines.disarm()
             self.ledger.close_subscribers()
+        await self._close_mcp()
         await self.end_session_hooks(wait=False, deleted=True)
+
+    async def _close_mcp(self) -> None:
+        if self.deps.mcp is not None:
+            await self.deps.mcp.close_session(self.tenant, self.session_id)
+            self._mcp_config = None
 
     async def end_session_hooks(self, *, wait: bool, deleted: bool = False) -> None:
         """session_end: when the session object ends after session_start fired in this process (as in the

@@ -34,6 +34,8 @@ from general_agent_server.exports.event_log import EventLog
 from general_agent_server.exports.transcript_export import TranscriptExporter
 from general_agent_server.hooks.admin import HookAdmin
 from general_agent_server.hooks.registrations import HOOK_REGISTRATION, HookRegistrationSpec
+from general_agent_server.mcp_servers.admission import check_servers
+from general_agent_server.mcp_servers.config import masked
 from general_agent_server.model.credentials import CredentialResolver, SessionKeys
 from general_agent_server.runs.compaction import (
     DEFAULT_COOLDOWN,
@@ -81,7 +83,10 @@ class SessionService:
         self.global_hosted_names = frozenset(t.name for t in deps.global_hosted_tools)
 
     def view(self, record: SessionRecord) -> SessionView:
+        """The session as RPCs answer it: MCP header and env values masked (they are secrets)."""
         path = self._deps.exporter.path_for(record.tenant, record.session_id)
+        if record.config.mcp_servers:
+            record = replace(record, config=replace(record.config, mcp_servers=masked(record.config.mcp_servers)))
         return SessionView(record=record, transcript_path=str(path))
 
     def new_record(self, tenant: str, identity: SessionIdentity, config: SessionConfig, **fields: Any) -> SessionRecord:
@@ -137,6 +142,13 @@ class SessionService:
         check_session_key(identity.session_key, "session.identity.session_key", self.settings.input_limits)
         check_token("api_key", api_key)
         self.check_config(config, "session")
+        await check_servers(
+            ctx,
+            config.mcp_servers,
+            "session.mcp_servers",
+            stdio_allow=self.settings.mcp_stdio_allow,
+            ssrf_allow_hosts=self.settings.ssrf_allow_hosts,
+        )
         hooks = self._deps.hooks
         await hooks.check_session_registrations(ctx, hook_registrations)
         session_id = identity.session_id or str(uuid.uuid4())

@@ -48,6 +48,10 @@ class CoreSettings:
     compaction_summary_max_tokens: int
     compaction_timeout: float
     context_windows: tuple[tuple[str, int], ...]
+    mcp_connect_timeout: float
+    mcp_call_timeout: float
+    mcp_idle_timeout: float
+    mcp_stdio_allow: frozenset[str]
     # Internal constants, not settings:
     # sequences reserved in the session record per block, so a crash never reuses one;
     sequence_block: int = 4096

@@ -260,7 +260,16 @@ class ToolCatalog:
     builtins: Mapping[str, LocalTool] = field(default_factory=dict)
     limits: ToolLimits = field(default_factory=ToolLimits)
 
-    def for_session(self, *, coding: bool, allowed: Sequence[str], extra: Sequence[ToolSpec] = ()) -> ToolSet:
+    def for_session(
+        self,
+        *,
+        coding: bool,
+        allowed: Sequence[str],
+        extra: Sequence[ToolSpec] = (),
+        mcp: Sequence[LocalTool] = (),
+    ) -> ToolSet:
+        """Built-in tools by mode (GENERAL: read-only ones) and `allowed`; hosted tools (`extra`) as given; MCP
+        tools in every mode (the host chose them), subject to `allowed`."""
         chosen: dict[str, LocalTool] = {}
         for name, tool in self.builtins.items():
             if not coding and not tool.spec.read_only:
@@ -269,6 +278,11 @@ class ToolCatalog:
                 continue
             chosen[name] = tool
         specs = [t.spec for t in chosen.values()] + list(extra)
+        for tool in mcp:
+            if allowed and tool.spec.name not in allowed:
+                continue
+            chosen[tool.spec.name] = tool
+            specs.append(tool.spec)
         return ToolSet(specs, chosen, self.limits)
 
     def _lifecycles(self) -> list[ToolLifecycle]:
