@@ -203,7 +203,7 @@ class RunDriver:
             detail=ErrorDetail(
                 code=ErrorCode.INVALID_ARGUMENT,
                 reason="CONTEXT_OVERFLOW",
-                message=f"the request is over the model's context window and compaction could not shrink it: {message}",
+                message=f"{self._state.overflow_message} (compaction could not shrink the history: {message})",
             ),
             stop_reason=StopReason.ERROR,
         )

@@ -166,6 +166,7 @@ class ModelCall:
         state = self._state
         if not state.overflow_compacted:
             state.overflow_compacted = True
+            state.overflow_message = detail.message
             await self._host.ledger.commit(events=[closed], transcript=transcript)
             return Compact()
         return EndRun(

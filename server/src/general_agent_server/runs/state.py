@@ -180,6 +180,7 @@ class DriverState:
     suspended: bool = False
     # The run has compacted once for a context overflow; a second overflow fails it.
     overflow_compacted: bool = False
+    overflow_message: str = ""
     tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
 
     def take_carry(self) -> tuple[list[SequencedEvent], list[TranscriptEntry], list[ToolCallRecord]]:
