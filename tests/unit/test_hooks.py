@@ -7,13 +7,10 @@ from typing import Any
 
 import pytest
 
+from general_agent_server.hooks.registry import FailurePolicy, HookHandler, HookRegistry, JsonObject
 from general_agent_server.hooks.runner import (
-    FailurePolicy,
     HookFailedError,
-    HookHandler,
-    HookRegistry,
     HookRunner,
-    JsonObject,
     apply_model_override,
     system_prompt_with_context,
 )

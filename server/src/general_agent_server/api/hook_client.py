@@ -12,7 +12,7 @@ from google.protobuf import json_format
 from general_agent.v1 import hook_service_pb2, hook_service_pb2_grpc
 from general_agent_server.api.interceptors import current_request_id
 from general_agent_server.hooks.registrations import HookBindingSpec, HookRegistrationSpec, HookTlsSpec
-from general_agent_server.hooks.runner import HandlerFn, JsonObject, default_timeout
+from general_agent_server.hooks.registry import HandlerFn, JsonObject, default_timeout
 
 # Typed enums of hook results, back to the seed's string values the runner merges.
 _SPAWNING_STATUS = {"SUBAGENT_SPAWNING_STATUS_OK": "ok", "SUBAGENT_SPAWNING_STATUS_ERROR": "error"}

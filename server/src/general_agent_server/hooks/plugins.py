@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from general_agent_server.hooks.payloads import IncludeMessages, MessageSelection
-from general_agent_server.hooks.runner import HOOK_KINDS, FailurePolicy, HandlerFn, HookHandler, HookRegistry
+from general_agent_server.hooks.registry import HOOK_KINDS, FailurePolicy, HandlerFn, HookHandler, HookRegistry
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,8 @@ from general_agent_server.domain.records import CallResult
 from general_agent_server.domain.session import SessionRecord
 from general_agent_server.domain.transcript import ToolResultEntry, TranscriptEntry
 from general_agent_server.exports.transcript_json import EntryShapeError, entry_from_hook_message, hook_message
-from general_agent_server.hooks.runner import HookOutcome, HookRunner, JsonObject
+from general_agent_server.hooks.registry import JsonObject
+from general_agent_server.hooks.runner import HookOutcome, HookRunner
 
 logger = logging.getLogger(__name__)
 

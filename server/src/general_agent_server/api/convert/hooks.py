@@ -7,7 +7,7 @@ from general_agent_server.api.convert.values import duration, seconds, timestamp
 from general_agent_server.domain.errors import invalid_argument
 from general_agent_server.hooks.payloads import IncludeMessages
 from general_agent_server.hooks.registrations import HookBindingSpec, HookRegistrationSpec, HookTlsSpec
-from general_agent_server.hooks.runner import FailurePolicy
+from general_agent_server.hooks.registry import FailurePolicy
 
 _FAILURE_POLICIES = {
     hook_registration_pb2.HOOK_FAILURE_POLICY_UNSPECIFIED: FailurePolicy.DEFAULT,
