@@ -1,4 +1,4 @@
-"""The hook runner's ordering and merge rules (spec 7, reference/openclaw-hooks.md §1–2)."""
+"""The hook runner's ordering and merge rules (docs/hooks.md, "Order" and "Kinds and merge rules")."""
 
 from __future__ import annotations
 

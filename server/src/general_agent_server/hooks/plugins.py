@@ -1,5 +1,5 @@
-"""In-process plugins (spec 7): Python entry points in the group `general_agent.plugins`, each named by
-its plugin id. `plugin_mode` really gates what loads [improves: inert in the seed]:
+"""In-process plugins (docs/hooks.md): Python entry points in the group `general_agent.plugins`, each named
+by its plugin id. `plugin_mode` decides what loads, so an operator controls which code runs inside the server:
 
 - DISABLED: nothing loads;
 - ALLOWLISTED: only ids listed in `enabled_plugin_ids`;

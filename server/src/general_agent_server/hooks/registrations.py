@@ -1,4 +1,4 @@
-"""Remote hook registrations (spec 7): a host's HookService target and the hooks it serves. The core
+"""Remote hook registrations (docs/hooks.md): a host's HookService target and the hooks it serves. The core
 turns each binding into a registry handler through a HookDialer, which the transport implements (one
 channel per target, a deadline on every call)."""
 

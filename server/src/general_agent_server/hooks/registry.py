@@ -69,7 +69,7 @@ _LONG_HOOKS = frozenset({"agent_end", "before_compaction", "after_compaction"})
 
 
 def default_timeout(hook: str) -> float:
-    """Spec 7: 15 s modifying, 30 s agent_end/compaction, 5 s others."""
+    """15 s modifying, 30 s agent_end/compaction, 5 s others (hook_service.proto)."""
     if hook in _LONG_HOOKS:
         return 30.0
     return 15.0 if HOOK_KINDS[hook] is HookKind.MODIFYING else 5.0

@@ -77,7 +77,7 @@ def _merge_model(acc: JsonObject, result: JsonObject, handler: HookHandler) -> b
 
 
 def _merge_prompt(acc: JsonObject, result: JsonObject, handler: HookHandler) -> bool:
-    # [improves] the highest-priority system prompt wins (the seed let the lowest win).
+    # The highest-priority system prompt wins, as every other single value does.
     _first(acc, result, "systemPrompt")
     for key in _PROMPT_CONTEXT:
         _concat(acc, result, key)
@@ -135,7 +135,7 @@ _MODEL_OR_PROMPT = frozenset({"before_model_resolve", "before_prompt_build", "be
 
 
 def _closed_result(hook: str, handler: HookHandler, why: str) -> JsonObject | None:
-    """What a fail-closed failure means for each hook (spec 7)."""
+    """What a fail-closed failure means for each hook (docs/hooks.md, "Timeouts and failures")."""
     if hook == "before_tool_call":
         return {"block": True, "blockReason": f"hook before_tool_call of plugin {handler.plugin_id} failed: {why}"}
     if hook == "message_sending":
@@ -296,7 +296,7 @@ def _errors(calls: list[_Call]) -> tuple[HandlerError, ...]:
 
 def apply_model_override(model_ref: str, result: JsonObject | None) -> str:
     """A modelOverride with "/" replaces the whole ref; otherwise provider and model are overridden
-    separately and re-joined (reference/general-agent-sdk.md §5.3)."""
+    separately and re-joined (hook.proto BeforeModelResolveResult)."""
     if not result:
         return model_ref
     model = result.get("modelOverride") or ""

@@ -37,7 +37,7 @@ def turn_options_from_proto(options: turn_api.TurnOptions, field: str = "options
 def hosted_result_from_proto(
     request: turn_api.SubmitHostedToolResultRequest | run_session_api.RunSessionHostedResult, prefix: str = ""
 ) -> CallResult:
-    """Spec 6: a string output becomes the tool text, anything else its JSON (output_json preferred);
+    """A string output becomes the tool text, anything else its JSON (output_json preferred);
     details default to the output; an error submit is is_error for the model. Values arrive checked
     (api/decoding.py): finite numbers, bounded depth."""
     which = request.WhichOneof("result")
