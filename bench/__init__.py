@@ -1,4 +1,4 @@
-"""Benchmarks of the agent service against a bare `anthropic` SDK baseline (SPEC §13).
+"""Benchmarks of the agent service against a bare `anthropic` SDK baseline; each benchmark states its target.
 
 Run with `make bench` or `python -m bench [NAME ...] [--quick]` from the repository root. Every
 benchmark measures the service and its baseline in the same run, interleaved, with the processes

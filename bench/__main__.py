@@ -43,7 +43,7 @@ def _interrupt_on_sigterm(signum: int, frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Benchmarks of the service against a bare anthropic SDK baseline (SPEC §13). "
+        description="Benchmarks of the service against a bare anthropic SDK baseline. "
         "Iterations: 300 by default (tool_round 100, deltas_1000 50), BENCH_ITERATIONS to override, "
         "30 with --quick (tool_round 20, deltas_1000 10); warm-ups: 30 (tool_round 20, deltas_1000 10; "
         "fewer with --quick), BENCH_WARMUP to override.",

@@ -1,6 +1,6 @@
 """Shared machinery for the benchmarks: CPU pinning, subprocess management, statistics, reporting.
 
-How a benchmark runs (reference/performance.md §6): the fake Anthropic server and the service run as
+How a benchmark runs: the fake Anthropic server and the service run as
 separate processes, each pinned to one core, so neither steals CPU from the code being measured; the
 measuring client is this process, pinned too. Service and baseline iterations are interleaved in one run
 and the service is judged by ratios against the baseline; absolute numbers are only logged.
@@ -609,7 +609,7 @@ def print_report(result: Result) -> None:
     target = result.get("target")
     if target:
         verdict = "PASS" if target["pass"] else "FAIL"
-        print(f"Target (SPEC §13): {target['rule']}")
+        print(f"Target: {target['rule']}")
         print(f"  → {verdict}: {target.get('detail', '')}")
     for note in result.get("notes", []):
         print(f"Note: {note}")

@@ -1,6 +1,6 @@
 """B2: a 1,000-delta turn over gRPC, against the same stream consumed with the bare `anthropic` SDK.
 
-SPEC §13 target: the service's p50 turn time is ≤ 1.15× the baseline's p50.
+Target: the service's p50 turn time is ≤ 1.15× the baseline's p50.
 
 - Fake Anthropic server: its own process on the second core, `--deltas 1000`: one text block streamed as
   exactly 1,000 `text_delta` events ("t0 ", "t1 ", …), sent as fast as it can write them.

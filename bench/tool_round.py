@@ -1,6 +1,6 @@
 """B6: one tool round trip over gRPC, against the same sequence done with the bare `anthropic` SDK.
 
-SPEC §13 target: the service's p50 is ≤ 1.2× the baseline's p50.
+Target: the service's p50 is ≤ 1.2× the baseline's p50.
 
 - Fake Anthropic server: its own process on the second core, `--script tool_round`: a request whose last
   message holds a tool_result gets the text "done"; any other request gets a `tool_use` of `read` on

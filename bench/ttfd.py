@@ -1,6 +1,6 @@
 """B1: time to the first `assistant_delta` over gRPC, against a bare `anthropic` SDK streaming call.
 
-SPEC §13 target: the service's p50 is ≤ 1.5× the baseline's p50, or ≤ baseline p50 + 0.6 ms.
+Target: the service's p50 is ≤ 1.5× the baseline's p50, or ≤ baseline p50 + 0.6 ms.
 
 - Fake Anthropic server: its own process on the second core, replying "ok" as one text delta.
 - Service: `general-agent serve` on the first core, talking to the fake through its own SDK client.

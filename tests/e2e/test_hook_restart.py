@@ -1,4 +1,4 @@
-"""Hook registrations survive a real restart of the server process (SPEC 7: registrations persist): a
+"""Hook registrations survive a real restart of the server process (docs/hooks.md: registrations persist): a
 tenant-wide and a per-session registration made before a SIGKILL still block a tool afterwards."""
 
 from __future__ import annotations

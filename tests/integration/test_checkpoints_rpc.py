@@ -1,7 +1,7 @@
-"""File checkpoints through real turns and the RPCs (SPEC 9): write → edit → apply_patch each record a
-checkpoint; restoring the oldest after a server restart puts every file back exactly as it was; a failed
-mutation records nothing; the per-session bounds drop the oldest; unknown ids are CHECKPOINT_NOT_FOUND;
-a restore during a run is SESSION_BUSY."""
+"""File checkpoints through real turns and the RPCs (docs/tools.md, checkpoints): write → edit → apply_patch each record
+a checkpoint; restoring the oldest after a server restart puts every file back exactly as it was; a failed mutation
+records nothing; the per-session bounds drop the oldest; unknown ids are CHECKPOINT_NOT_FOUND; a restore during a run is
+SESSION_BUSY."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Many sessions at once (SPEC 3 process model, 5.6 ordering): 50 sessions each run a turn with a local tool
-round (`read` of its own file), a hosted round (its own hosted tool) and a final answer, all concurrently.
-The fake model answers by looking at each request, so any cross-talk between sessions shows up in what the
-model is sent or in what a session's final answer says."""
+"""Many sessions at once (docs/architecture.md; docs/protocol.md, "Turns and events"): 50 sessions each run a turn with
+a local tool round (`read` of its own file), a hosted round (its own hosted tool) and a final answer, all concurrently.
+The fake model answers by looking at each request, so any cross-talk between sessions shows up in what the model is sent
+or in what a session's final answer says."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""ForkSession (SPEC 4): a new session with the source's history and transcript up to the last completed run
-at or before `at_sequence`; its own event log from 1; what is and is not copied; the workspace on request;
+"""ForkSession (docs/protocol.md, sessions): a new session with the source's history and transcript up to the last
+completed run at or before `at_sequence`; its own event log from 1; what is and is not copied; the workspace on request;
 errors and idempotency."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hook firing points through real turns (spec 7, reference/general-agent-sdk.md 5.2 and 5.4): the order of
+"""Hook firing points through real turns (docs/hooks.md, "Order" and "Kinds and merge rules"): the order of
 one turn's hooks with their dispatch_seq, the typed payloads, the write-path hooks shaping the transcript
 but not the model history, and timeouts and failures under both failure policies."""
 
@@ -91,7 +91,7 @@ ONE_TOOL_TURN = [
 ]
 
 
-async def test_hooks_of_a_turn_with_one_local_tool_follow_the_seed_order(
+async def test_hooks_of_a_turn_with_one_local_tool_follow_the_pipeline_order(
     agent: Agent, fake_model: FakeAnthropic
 ) -> None:
     host = await agent.host()

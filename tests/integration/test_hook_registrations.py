@@ -1,4 +1,4 @@
-"""Where hook registrations apply and when the session and gateway hooks fire (spec 7 and 15): per-session
+"""Where hook registrations apply and when the session and gateway hooks fire (docs/hooks.md): per-session
 registrations from CreateSession (copied by ForkSession, dropped by DeleteSession), the SSRF guard on a tenant
 caller's targets (the operator's may be on loopback), before_reset awaited by ResetSession,
 gateway_start/gateway_stop and session_end at shutdown, and TLS targets whose client key is never listed."""
@@ -77,7 +77,7 @@ async def test_session_registrations_reach_their_session_only_and_follow_fork_an
     await agent.stub.DeleteSession(session_api.DeleteSessionRequest(session_id=sid))
     await host.wait_for("session_end")
     [ended] = host.of("session_end")
-    # Transcript entries, as in the seed: the system prompt, the user message and the reply (history has 2).
+    # Transcript entries, not history messages: the system prompt, the user message and the reply (history has 2).
     assert (ended.request.event.session_id, ended.request.event.message_count) == (sid, 3)
     assert ended.request.context.dispatch_seq == 0  # outside a run
     starts = {c.request.context.session_id: c.request.event for c in host.of("session_start")}

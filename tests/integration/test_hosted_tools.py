@@ -1,6 +1,6 @@
-"""Hosted tools (SPEC 6): suspension with every hosted call exposed at once, submits serialised by the
-actor, idempotent retries, deadlines that continue the run detached, validation at CreateSession, and a
-suspended run that survives a restart and refuses to continue without a credential."""
+"""Hosted tools (docs/protocol.md, "Hosted tools"): suspension with every hosted call exposed at once, submits
+serialised by the actor, idempotent retries, deadlines that continue the run detached, validation at CreateSession, and
+a suspended run that survives a restart and refuses to continue without a credential."""
 
 from __future__ import annotations
 
@@ -426,7 +426,7 @@ async def test_suspended_run_needs_a_key_after_a_restart(
 async def test_submit_before_the_suspension_commit_waits_for_it(
     server_factory: ServerFactory, server_root: Path, fake_model: FakeAnthropic
 ) -> None:
-    """Spec 6: a submit that arrives before the suspension commit waits in the actor and applies after
+    """A submit that arrives before the suspension commit waits in the actor and applies after
     it. The host learns the call id from tool_call while a local command (waiting for a file) still blocks
     the round."""
     server = await server_factory({"GENERAL_AGENT_WORKSPACE_DIR": str(server_root)})

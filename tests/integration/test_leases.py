@@ -1,5 +1,5 @@
-"""Session leases (SPEC 8.1): two server replicas sharing one store never drive the same session at once.
-The replica that loaded a session holds its lease; the other gets FAILED_PRECONDITION `SESSION_BUSY` with a retry
+"""Session leases (docs/architecture.md, leases): two server replicas sharing one store never drive the same session at
+once. The replica that loaded a session holds its lease; the other gets FAILED_PRECONDITION `SESSION_BUSY` with a retry
 delay until the first releases it (at shutdown) or lets it expire."""
 
 from __future__ import annotations

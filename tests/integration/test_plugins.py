@@ -1,4 +1,4 @@
-"""In-process plugins from a real entry point (spec 7): a distribution on sys.path declares the plugin in
+"""In-process plugins from a real entry point (docs/hooks.md): a distribution on sys.path declares the plugin in
 the `general_agent.plugins` group; `plugin_mode` and `enabled_plugin_ids` decide whether it loads; its
 handlers merge with remote ones by priority."""
 

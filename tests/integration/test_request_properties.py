@@ -24,7 +24,7 @@ from general_agent.v1 import run_session_pb2 as run_session_api
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
-from general_agent_server.hooks.runner import HOOK_NAMES
+from general_agent_server.hooks.registry import HOOK_NAMES
 from tests.support.proto_fuzz import NASTY_STRINGS, SERVICE, callable_for, messages
 from tests.support.rpc import decode_error, decode_status
 

@@ -1,5 +1,5 @@
-"""Run control (SPEC 5.4, Appendix B and C): the sticky stop flag, CancelRun, steering with
-InjectMessage, and the busy policies of StreamTurn (REJECT, ENQUEUE, INTERRUPT, STEER)."""
+"""Run control (docs/protocol.md, "Stop, cancel, disconnect" and busy policies): the sticky stop flag, CancelRun,
+steering with InjectMessage, and the busy policies of StreamTurn (REJECT, ENQUEUE, INTERRUPT, STEER)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""RunSession (SPEC 5.5) end to end: the bidirectional protocol driven by a queue-backed request iterator, so
-each test decides exactly when a command is sent and when the client half-closes."""
+"""RunSession (docs/protocol.md, "Watching and RunSession") end to end: the bidirectional protocol driven by a
+queue-backed request iterator, so each test decides exactly when a command is sent and when the client half-closes."""
 
 from __future__ import annotations
 
@@ -182,7 +182,8 @@ def assert_strictly_increasing(events: list[event_pb2.SessionEvent]) -> None:
 
 
 def without_deltas(events: list[event_pb2.SessionEvent]) -> list[event_pb2.SessionEvent]:
-    """Deltas may be merged differently per subscriber (SPEC 5.6); everything else is identical."""
+    """Deltas may be merged differently per subscriber (docs/protocol.md, "Turns and events"); everything else is
+    identical."""
     return [e for e in events if e.WhichOneof("event") not in ("assistant_delta", "reasoning_delta")]
 
 

@@ -1,4 +1,4 @@
-"""StreamTurn end to end: real anthropic SDK → fake Messages server, events in SPEC 5.3 order."""
+"""StreamTurn end to end: real anthropic SDK → fake Messages server, events in the order docs/protocol.md gives."""
 
 from __future__ import annotations
 

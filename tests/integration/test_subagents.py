@@ -1,4 +1,4 @@
-"""The `subagents` tool through real turns (SPEC 9, reference 11.6): a child session with its own
+"""The `subagents` tool through real turns (docs/tools.md, subagents): a child session with its own
 instructions, model and tools runs to completion and its final text returns to the parent; the subagent
 hooks fire in order; the child is listed only when asked; a stopped parent stops its child."""
 

@@ -1,5 +1,5 @@
-"""The `read` built-in through real turns: tool_call/tool_result events in SPEC 5.3 order, what the model
-receives back, argument validation, workspace confinement, output caps and the tool policy by mode."""
+"""The `read` built-in through real turns: tool_call/tool_result events in protocol order (docs/protocol.md), what the
+model receives back, argument validation, workspace confinement, output caps and the tool policy by mode."""
 
 from __future__ import annotations
 

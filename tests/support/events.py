@@ -33,7 +33,7 @@ def sequences(events: Iterable[Any]) -> list[int]:
     return [int(e.sequence) for e in events]
 
 
-# The events of a turn with one local tool call, then a text answer (SPEC 5.3 order).
+# The events of a turn with one local tool call, then a text answer (docs/protocol.md, "Turns and events").
 ONE_TOOL_THEN_TEXT = [
     "run_started",
     "usage_snapshot",

@@ -36,7 +36,7 @@ def _hook_name(rpc: str) -> str:
 
 RPC_BY_HOOK: Final[Mapping[str, str]] = {_hook_name(m.name): m.name for m in _SERVICE.methods}
 
-# reference/general-agent-sdk.md 5.5: the hooks the agent fires by itself (the other 7 are host-bridged).
+# The hooks the server fires by itself (docs/hooks.md); the other 7 are host-bridged or the gateway's.
 SDK_NATIVE_HOOKS: Final = (
     "before_model_resolve",
     "before_agent_start",

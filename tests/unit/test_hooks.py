@@ -1,4 +1,4 @@
-"""The hook runner's ordering and merge rules (spec 7, reference/openclaw-hooks.md §1–2)."""
+"""The hook runner's ordering and merge rules (docs/hooks.md, "Order" and "Kinds and merge rules")."""
 
 from __future__ import annotations
 
@@ -7,13 +7,10 @@ from typing import Any
 
 import pytest
 
+from general_agent_server.hooks.registry import FailurePolicy, HookHandler, HookRegistry, JsonObject
 from general_agent_server.hooks.runner import (
-    FailurePolicy,
     HookFailedError,
-    HookHandler,
-    HookRegistry,
     HookRunner,
-    JsonObject,
     apply_model_override,
     system_prompt_with_context,
 )

@@ -23,7 +23,8 @@ from general_agent_server.exports.transcript_export import TranscriptExporter
 from general_agent_server.hooks.admin import HookAdmin
 from general_agent_server.hooks.plugins import LoadedPlugins, load_plugins
 from general_agent_server.hooks.registrations import HookDialer, HookRegistrationSpec
-from general_agent_server.hooks.runner import HookOutcome, HookRegistry, HookRunner
+from general_agent_server.hooks.registry import HookRegistry
+from general_agent_server.hooks.runner import HookOutcome, HookRunner
 from general_agent_server.mcp_servers.servers import McpServers, McpSettings
 from general_agent_server.model.credentials import CredentialResolver, SessionKeys
 from general_agent_server.model.port import ModelClient

@@ -14,7 +14,7 @@ from general_agent_server.domain.events import CompactionFinished, CompactionRea
 from general_agent_server.domain.history import HistoryMessage
 from general_agent_server.domain.session import AutoCompaction, SessionIdentity, SessionMode, SessionOverrides, Usage
 from general_agent_server.domain.transcript import CompactionEntry
-from general_agent_server.hooks.runner import HookHandler
+from general_agent_server.hooks.registry import HookHandler
 from general_agent_server.model.scripted import Failure, Hang, Reply, Text, ToolUse, text
 from general_agent_server.runs.compaction import split
 from general_agent_server.runs.summarise import SUMMARY_HEADER, SUMMARY_INSTRUCTIONS

@@ -1,4 +1,4 @@
-"""`apply_patch`: the reference's patch format and messages, line matching from exact to punctuation-
+"""`apply_patch`: the patch format and its messages, line matching from exact to punctuation-
 normalised, moves, CRLF/BOM kept, the whole patch validated before any file changes, every escape refused,
 and the paths it names for checkpoints."""
 

@@ -1,5 +1,5 @@
-"""`edit`: exact then tolerant matching (only the matched span changes), the unique-match rule, the
-reference's messages, CRLF and BOM preserved, a numbered diff back, and every escape refused."""
+"""`edit`: exact then tolerant matching (only the matched span changes), the unique-match rule, its
+messages, CRLF and BOM preserved, a numbered diff back, and every escape refused."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ async def test_crlf_and_bom_are_preserved(layout: Layout) -> None:
 async def test_tolerant_matching_replaces_only_the_matched_span(
     layout: Layout, original: str, old_text: str, new_text: str, expected: str
 ) -> None:
-    # The rest of the file keeps its exact characters (the reference rewrote the whole file normalised).
+    # The rest of the file keeps its exact characters: only the span the tolerant match covers is replaced.
     untouched = "keep “these” quotes – and\u00a0spaces  \n"
     path = put(layout, "f.txt", (untouched + original + untouched).encode())
     text, details = await run_details(EditTool(), layout, path="f.txt", oldText=old_text, newText=new_text)

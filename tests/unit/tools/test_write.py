@@ -1,4 +1,4 @@
-"""`write`: creates parents, overwrites, reports lines as the reference counts them, names what it touches,
+"""`write`: creates parents, overwrites, reports lines as the pieces between line breaks, names what it touches,
 and refuses every escape."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def layout(tmp_path: Path) -> Layout:
 
 async def test_write_creates_parents_and_reports_lines(layout: Layout) -> None:
     text, details = await run_details(WriteTool(), layout, path="src/pkg/mod.py", content="a = 1\nb = 2\n")
-    # Lines are the pieces between line breaks, as the reference counts them.
+    # Lines are the pieces between line breaks: a trailing break starts an (empty) last piece.
     assert text == "Successfully wrote 3 lines to src/pkg/mod.py"
     assert details == {"path": "src/pkg/mod.py"}
     assert (layout.workspace / "src" / "pkg" / "mod.py").read_text() == "a = 1\nb = 2\n"

@@ -1,4 +1,4 @@
-"""Serve ``general_agent.v1.HookService`` from decorated async functions (spec section 7).
+"""Serve ``general_agent.v1.HookService`` from decorated async functions (docs/hooks.md).
 
 Example::
 

@@ -1,6 +1,6 @@
-"""The server dials the host's HookService (spec 7): one channel per target, reused; a deadline on every
-call; UNIMPLEMENTED from the host is "no opinion". Events and results cross as the typed messages of
-hook_service.proto, built from and read back into the seed-shaped JSON the runner merges."""
+"""The server dials the host's HookService (docs/hooks.md): one channel per target, reused; a deadline on
+every call; UNIMPLEMENTED from the host is "no opinion". Events and results cross as the typed messages of
+hook_service.proto, built from and read back into the camelCase JSON the runner merges."""
 
 from __future__ import annotations
 
@@ -12,20 +12,20 @@ from google.protobuf import json_format
 from general_agent.v1 import hook_service_pb2, hook_service_pb2_grpc
 from general_agent_server.api.interceptors import current_request_id
 from general_agent_server.hooks.registrations import HookBindingSpec, HookRegistrationSpec, HookTlsSpec
-from general_agent_server.hooks.runner import HandlerFn, JsonObject, default_timeout
+from general_agent_server.hooks.registry import HandlerFn, JsonObject, default_timeout
 
-# Typed enums of hook results, back to the seed's string values the runner merges.
+# Typed enums of hook results, back to the string values the runner merges (plugins and EmitHook use them).
 _SPAWNING_STATUS = {"SUBAGENT_SPAWNING_STATUS_OK": "ok", "SUBAGENT_SPAWNING_STATUS_ERROR": "error"}
 
 
-def _seed_shape(result: JsonObject) -> JsonObject:
+def _runner_shape(result: JsonObject) -> JsonObject:
     status = result.get("status")
     if isinstance(status, str) and status.startswith("SUBAGENT_SPAWNING_STATUS_"):
-        seed = _SPAWNING_STATUS.get(status)
-        if seed is None:
+        value = _SPAWNING_STATUS.get(status)
+        if value is None:
             result.pop("status")
         else:
-            result["status"] = seed
+            result["status"] = value
     return result
 
 
@@ -80,7 +80,7 @@ class GrpcHookDialer:
             if "result" not in response.DESCRIPTOR.fields_by_name or not response.HasField("result"):
                 return None
             result: JsonObject = json_format.MessageToDict(response.result)
-            return _seed_shape(result)
+            return _runner_shape(result)
 
         return call
 

@@ -1,5 +1,5 @@
-"""The session event union (spec section 5.2). Each variant is a frozen dataclass tagged by `kind`;
-`SequencedEvent` is the envelope with the durable sequence."""
+"""The session event union (event.proto; docs/protocol.md, "Turns and events"). Each variant is a frozen dataclass
+tagged by `kind`; `SequencedEvent` is the envelope with the durable sequence."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class RunOutcome(enum.Enum):
 
 
 class RunReason(enum.Enum):
-    """Why a run stopped or failed (spec Appendix B); the names match the ErrorInfo reasons."""
+    """Why a run stopped or failed (docs/protocol.md, run outcomes); the names match the ErrorInfo reasons."""
 
     STOP_REQUESTED = "STOP_REQUESTED"
     CANCELLED = "CANCELLED"
@@ -198,7 +198,7 @@ EventBody = (
     | SessionResetEvent
 )
 
-# Deltas of one kind may be merged while a consumer lags (spec 5.6).
+# Deltas of one kind may be merged while a consumer lags (docs/protocol.md, "Turns and events").
 COALESCIBLE_KINDS = frozenset({"assistant_delta", "reasoning_delta"})
 
 

@@ -66,7 +66,8 @@ class CallStatus(enum.Enum):
 
 
 class ResolvedBy(enum.Enum):
-    """How a tool call got its result (spec 6: recorded with the payload hash)."""
+    """How a tool call got its result, recorded with the payload hash so an identical retry of a submit is
+    recognised (docs/protocol.md, "Hosted tools")."""
 
     EXECUTED = "EXECUTED"  # a local tool ran (or was refused: unknown, invalid, blocked)
     SUBMIT = "SUBMIT"

@@ -77,7 +77,7 @@ class ForkOrigin:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class UsageSnapshot:
-    """Context usage after the latest model call (spec section 11)."""
+    """Context usage after the latest model call (session.proto UsageSnapshot)."""
 
     used_input_tokens: int
     context_window: int
@@ -112,7 +112,7 @@ class Usage:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HostedToolDefinition:
-    """A tool the host executes (spec section 6); the schema is passed to the model unchanged."""
+    """A tool the host executes (docs/tools.md, hosted tools); the schema is passed to the model unchanged."""
 
     name: str
     description: str = ""
@@ -187,7 +187,7 @@ class SessionRecord:
     cumulative_usage: Usage = field(default_factory=Usage)
     last_sequence: int = 0
     sequence_reserved: int = 0
-    # Steering messages committed to the active run and not yet given to the model (spec 5.1).
+    # Steering messages committed to the active run and not yet given to the model (docs/protocol.md, InjectMessage).
     pending_injections: tuple[tuple[ContentPart, ...], ...] = ()
     history_message_count: int = 0
     # When the history was last compacted (the cooldown of MaybeCompactByTokens and automatic compaction).

@@ -1,4 +1,4 @@
-"""Transcript entries (spec section 8.2): the human-readable record of a session, distinct from the
+"""Transcript entries (transcript.proto): the human-readable record of a session, distinct from the
 model history. Stored as rows in the same transaction as their step and exported as JSONL."""
 
 from __future__ import annotations

@@ -185,7 +185,8 @@ def check_session_limits(limits: SessionLimits, field_path: str) -> None:
             raise invalid_argument(f"{field_path}.{name}", "must not be negative")
 
 
-# Spec Appendix D: names hosted tools may not take (built-ins, the seed's reserved names, memory_*, sessions_*).
+# Names hosted tools may not take (docs/tools.md, hosted tools): built-ins, names kept for tools to come,
+# memory_*, sessions_*.
 RESERVED_TOOL_NAMES = frozenset(
     {
         "read", "write", "edit", "apply_patch", "exec", "process", "web_search", "web_fetch", "browser", "canvas",

@@ -1,4 +1,4 @@
-"""The optional raw event log (spec 8.2): `query_started` for every run admitted, then every event, as
+"""The optional raw event log: `query_started` for every run admitted, then every event, as
 JSONL at the server-chosen path `<state_dir>/events/<tenant>/<session_id>.jsonl`."""
 
 from __future__ import annotations

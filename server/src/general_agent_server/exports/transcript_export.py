@@ -1,4 +1,4 @@
-"""The transcript JSONL export (spec 8.2): one file per session at a server-chosen path,
+"""The transcript JSONL export (README, Operating it): one file per session at a server-chosen path,
 `<root>/<tenant>/<session_id>.jsonl`, appended after commit by a buffered background writer and
 reconciled against the store when a session is loaded. The store rows are the truth; the file is a
 convenience for people and log shippers."""

@@ -1,4 +1,4 @@
-"""Transcript entries as JSON in the seed's field names: the JSONL export line (`{type, ..., timestamp}`),
+"""Transcript entries as JSON in camelCase field names: the JSONL export line (`{type, ..., timestamp}`),
 the toolResult-shaped message the write-path hooks see for tool results (`{role: "toolResult",
 toolCallId, toolName, content, details, isError, timestamp}`), and the way back from a hook's
 replacement."""
@@ -45,7 +45,7 @@ def _json_or_none(text: str) -> Any:
 
 
 def entry_json(entry: TranscriptEntry) -> dict[str, Any]:
-    """One line of the export, in the seed's field names plus `sequence` and `runId`."""
+    """One line of the export: its camelCase fields plus `sequence` and `runId`."""
     body = entry.body
     line: dict[str, Any]
     if isinstance(body, SystemPromptEntry):

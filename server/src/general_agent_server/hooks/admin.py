@@ -23,7 +23,8 @@ from general_agent_server.hooks.registrations import (
     check_registration,
     handlers_for,
 )
-from general_agent_server.hooks.runner import HOOK_NAMES, HookFailedError, HookOutcome, HookRunner
+from general_agent_server.hooks.registry import HOOK_NAMES
+from general_agent_server.hooks.runner import HookFailedError, HookOutcome, HookRunner
 from general_agent_server.security.redaction import register_secret
 from general_agent_server.security.ssrf import SsrfBlocked, check_host
 from general_agent_server.store.port import SessionStore

@@ -1,6 +1,6 @@
-"""History-carrying hook fields (spec 7): `messages` and `historyMessages` carry what each handler asked
-for (`include_messages` NONE | LAST_N | ALL), with images replaced by `{mime_type, size}` and the list
-capped by `max_payload_bytes` (oldest messages dropped first, `truncated` set).
+"""History-carrying hook fields (docs/hooks.md, payloads): `messages` and `historyMessages` carry what each handler
+asked for (`include_messages` NONE | LAST_N | ALL), with images replaced by `{mime_type, size}` and the list capped by
+`max_payload_bytes` (oldest messages dropped first, `truncated` set).
 
 The runner puts a `MessageHistory` in the event; each handler's copy is shaped just before the call, so
 one dispatch serves handlers with different settings."""

@@ -1,5 +1,5 @@
-"""In-process plugins (spec 7): Python entry points in the group `general_agent.plugins`, each named by
-its plugin id. `plugin_mode` really gates what loads [improves: inert in the seed]:
+"""In-process plugins (docs/hooks.md): Python entry points in the group `general_agent.plugins`, each named
+by its plugin id. `plugin_mode` decides what loads, so an operator controls which code runs inside the server:
 
 - DISABLED: nothing loads;
 - ALLOWLISTED: only ids listed in `enabled_plugin_ids`;
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from general_agent_server.hooks.payloads import IncludeMessages, MessageSelection
-from general_agent_server.hooks.runner import HOOK_KINDS, FailurePolicy, HandlerFn, HookHandler, HookRegistry
+from general_agent_server.hooks.registry import HOOK_KINDS, FailurePolicy, HandlerFn, HookHandler, HookRegistry
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Remote hook registrations (spec 7): a host's HookService target and the hooks it serves. The core
+"""Remote hook registrations (docs/hooks.md): a host's HookService target and the hooks it serves. The core
 turns each binding into a registry handler through a HookDialer, which the transport implements (one
 channel per target, a deadline on every call)."""
 
@@ -12,7 +12,7 @@ from general_agent_server.domain.codec import JsonCodec, json_codec
 from general_agent_server.domain.errors import ServiceError, invalid_argument, quoted
 from general_agent_server.domain.validation import DEFAULT_LIMITS, InputLimits, check_id, over_limit
 from general_agent_server.hooks.payloads import DEFAULT_MAX_PAYLOAD_BYTES, IncludeMessages, MessageSelection
-from general_agent_server.hooks.runner import HOOK_KINDS, FailurePolicy, HandlerFn, HookHandler
+from general_agent_server.hooks.registry import HOOK_KINDS, FailurePolicy, HandlerFn, HookHandler
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,89 +1,27 @@
-"""The hook registry and runner (spec 7): one registry for remote registrations and in-process plugins,
-handlers ordered by priority (highest first, ties in registration order), and the four runner kinds of
-OpenClaw's current runner with its merge rules.
-
-Events and results are JSON objects with the seed's field names (camelCase), the shape EmitHook carries
-and the proto3 JSON form of the typed HookService messages, so one merge implementation serves remote
-and in-process handlers alike."""
+"""The hook runner: one hook over its handlers with the merge rule of its kind (modifying, void, claiming,
+write path), per-handler timeouts, and what a fail-closed failure means for each hook (docs/hooks.md, "Kinds
+and merge rules" and "Timeouts and failures"; hook_service.proto states each hook's rule)."""
 
 from __future__ import annotations
 
 import asyncio
-import enum
-import itertools
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from general_agent_server.hooks.payloads import MessageSelection, shape_event
+from general_agent_server.hooks.payloads import shape_event
+from general_agent_server.hooks.registry import (
+    HOOK_KINDS,
+    HookHandler,
+    HookKind,
+    HookRegistry,
+    JsonObject,
+    fails_closed,
+)
 from general_agent_server.sessions import session_log
-
-JsonObject = dict[str, Any]
-HandlerFn = Callable[[JsonObject, JsonObject], Awaitable[JsonObject | None]]
-
-
-class HookKind(enum.Enum):
-    MODIFYING = "modifying"
-    VOID = "void"
-    CLAIMING = "claiming"
-    WRITE_PATH = "write_path"
-
-
-class FailurePolicy(enum.Enum):
-    DEFAULT = "default"
-    FAIL_OPEN = "fail_open"
-    FAIL_CLOSED = "fail_closed"
-
-
-HOOK_KINDS: Mapping[str, HookKind] = {
-    "before_model_resolve": HookKind.MODIFYING,
-    "before_prompt_build": HookKind.MODIFYING,
-    "before_agent_start": HookKind.MODIFYING,
-    "llm_input": HookKind.VOID,
-    "llm_output": HookKind.VOID,
-    "agent_end": HookKind.VOID,
-    "before_tool_call": HookKind.MODIFYING,
-    "after_tool_call": HookKind.VOID,
-    "tool_result_persist": HookKind.WRITE_PATH,
-    "before_message_write": HookKind.WRITE_PATH,
-    "session_start": HookKind.VOID,
-    "session_end": HookKind.VOID,
-    "before_compaction": HookKind.VOID,
-    "after_compaction": HookKind.VOID,
-    "before_reset": HookKind.VOID,
-    "subagent_spawning": HookKind.MODIFYING,
-    "subagent_delivery_target": HookKind.MODIFYING,
-    "subagent_spawned": HookKind.VOID,
-    "subagent_ended": HookKind.VOID,
-    "inbound_claim": HookKind.CLAIMING,
-    "before_dispatch": HookKind.CLAIMING,
-    "message_received": HookKind.VOID,
-    "message_sending": HookKind.MODIFYING,
-    "message_sent": HookKind.VOID,
-    "gateway_start": HookKind.VOID,
-    "gateway_stop": HookKind.VOID,
-}
-HOOK_NAMES = frozenset(HOOK_KINDS)
-# Fired by the server itself rather than for a tenant (tenant ""): every tenant's registrations observe them,
-# as there is no other way for a remote host to get them; they carry only the port or the stop reason.
-SERVER_HOOKS = frozenset({"gateway_start", "gateway_stop"})
-_LONG_HOOKS = frozenset({"agent_end", "before_compaction", "after_compaction"})
-
-
-def default_timeout(hook: str) -> float:
-    """Spec 7: 15 s modifying, 30 s agent_end/compaction, 5 s others."""
-    if hook in _LONG_HOOKS:
-        return 30.0
-    return 15.0 if HOOK_KINDS[hook] is HookKind.MODIFYING else 5.0
-
-
-def fails_closed(hook: str, policy: FailurePolicy) -> bool:
-    if policy is FailurePolicy.DEFAULT:
-        return hook == "before_tool_call"
-    return policy is FailurePolicy.FAIL_CLOSED
 
 
 class HookFailedError(Exception):
@@ -93,27 +31,6 @@ class HookFailedError(Exception):
         super().__init__(f"hook {hook} of plugin {plugin_id!r} failed: {why}")
         self.hook = hook
         self.plugin_id = plugin_id
-
-
-@dataclass(frozen=True, kw_only=True)
-class HookHandler:
-    """One registered handler. `scope` is "" for tenant/server-wide registrations, else a session id."""
-
-    plugin_id: str
-    hook: str
-    call: HandlerFn
-    priority: int = 0
-    timeout_seconds: float | None = None
-    failure_policy: FailurePolicy = FailurePolicy.DEFAULT
-    tenant: str = ""
-    scope: str = ""
-    order: int = 0
-    # How much history this handler gets in `messages`/`historyMessages` (remote default: counts only).
-    messages: MessageSelection = field(default_factory=MessageSelection)
-
-    @property
-    def timeout(self) -> float:
-        return self.timeout_seconds if self.timeout_seconds is not None else default_timeout(self.hook)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -129,49 +46,6 @@ class HookOutcome:
     result: JsonObject | None
     handler_count: int
     errors: tuple[HandlerError, ...] = ()
-
-
-class HookRegistry:
-    """Handlers by hook name. Registering a plugin again (same plugin id and scope) replaces it."""
-
-    def __init__(self) -> None:
-        self._handlers: list[HookHandler] = []
-        self._counter = itertools.count()
-
-    def register(self, handlers: list[HookHandler]) -> None:
-        for handler in handlers:
-            if handler.hook not in HOOK_KINDS:
-                raise ValueError(f"unknown hook {handler.hook!r}")
-        keys = {(h.tenant, h.scope, h.plugin_id) for h in handlers}
-        self._handlers = [h for h in self._handlers if (h.tenant, h.scope, h.plugin_id) not in keys]
-        for handler in handlers:
-            self._handlers.append(replace(handler, order=next(self._counter)))
-
-    def unregister(self, plugin_id: str, *, tenant: str = "", scope: str = "") -> bool:
-        before = len(self._handlers)
-        self._handlers = [
-            h for h in self._handlers if not (h.plugin_id == plugin_id and h.tenant == tenant and h.scope == scope)
-        ]
-        return len(self._handlers) != before
-
-    def unregister_scope(self, *, tenant: str, scope: str) -> None:
-        """Drops every registration of one session (the session was deleted)."""
-        self._handlers = [h for h in self._handlers if not (h.tenant == tenant and h.scope == scope)]
-
-    def has_handlers(self, hooks: frozenset[str], *, tenant: str = "", session_id: str = "") -> bool:
-        """A cheap test the hot paths use to skip building payloads nobody receives."""
-        return any(h.hook in hooks and h.tenant in ("", tenant) and h.scope in ("", session_id) for h in self._handlers)
-
-    def handlers(self, hook: str, *, tenant: str = "", session_id: str = "") -> list[HookHandler]:
-        """Server-wide (tenant ""), the tenant's, and the session's handlers: priority desc, then
-        registration order. The server's own gateway hooks (no tenant) reach every tenant."""
-        every_tenant = not tenant and hook in SERVER_HOOKS
-        chosen = [
-            h
-            for h in self._handlers
-            if h.hook == hook and (every_tenant or h.tenant in ("", tenant)) and h.scope in ("", session_id)
-        ]
-        return sorted(chosen, key=lambda h: (-h.priority, h.order))
 
 
 # ---------------------------------------------------------------------- merge rules
@@ -203,7 +77,7 @@ def _merge_model(acc: JsonObject, result: JsonObject, handler: HookHandler) -> b
 
 
 def _merge_prompt(acc: JsonObject, result: JsonObject, handler: HookHandler) -> bool:
-    # [improves] the highest-priority system prompt wins (the seed let the lowest win).
+    # The highest-priority system prompt wins, as every other single value does.
     _first(acc, result, "systemPrompt")
     for key in _PROMPT_CONTEXT:
         _concat(acc, result, key)
@@ -261,7 +135,7 @@ _MODEL_OR_PROMPT = frozenset({"before_model_resolve", "before_prompt_build", "be
 
 
 def _closed_result(hook: str, handler: HookHandler, why: str) -> JsonObject | None:
-    """What a fail-closed failure means for each hook (spec 7)."""
+    """What a fail-closed failure means for each hook (docs/hooks.md, "Timeouts and failures")."""
     if hook == "before_tool_call":
         return {"block": True, "blockReason": f"hook before_tool_call of plugin {handler.plugin_id} failed: {why}"}
     if hook == "message_sending":
@@ -422,7 +296,7 @@ def _errors(calls: list[_Call]) -> tuple[HandlerError, ...]:
 
 def apply_model_override(model_ref: str, result: JsonObject | None) -> str:
     """A modelOverride with "/" replaces the whole ref; otherwise provider and model are overridden
-    separately and re-joined (reference/general-agent-sdk.md §5.3)."""
+    separately and re-joined (hook.proto BeforeModelResolveResult)."""
     if not result:
         return model_ref
     model = result.get("modelOverride") or ""

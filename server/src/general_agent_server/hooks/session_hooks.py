@@ -1,9 +1,9 @@
-"""Where one session's run meets the hook runner (spec 7): the HookContext of each call with its per-run
+"""Where one session's run meets the hook runner (docs/hooks.md): the HookContext of each call with its per-run
 `dispatch_seq`, awaited and fire-and-forget dispatch, and the write-path hooks every transcript entry
 passes through before it is stored.
 
-Write-path hooks change the transcript only, never the model history (spec 7). Entries cross in the
-seed's shapes (exports/transcript_json.py): a tool result as a toolResult message, anything else as its
+Write-path hooks change the transcript only, never the model history. Entries cross in the transcript
+export's shapes (exports/transcript_json.py): a tool result as a toolResult message, anything else as its
 JSONL export line; a replacement of another kind, or one that does not parse, is ignored with a warning."""
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from general_agent_server.domain.records import CallResult
 from general_agent_server.domain.session import SessionRecord
 from general_agent_server.domain.transcript import ToolResultEntry, TranscriptEntry
 from general_agent_server.exports.transcript_json import EntryShapeError, entry_from_hook_message, hook_message
-from general_agent_server.hooks.runner import HookOutcome, HookRunner, JsonObject
+from general_agent_server.hooks.registry import JsonObject
+from general_agent_server.hooks.runner import HookOutcome, HookRunner
 
 logger = logging.getLogger(__name__)
 
@@ -51,10 +52,10 @@ class SessionHooks:
         self._workspace = workspace
         self.runner = runner
         self._dispatch_seq = 0
-        # session_start fired in this process (session_end fires only then, as in the seed), and when.
+        # session_start fired in this process (session_end then pairs with it), and when.
         self.session_started = False
         self.started_at = time.monotonic()
-        # The seed's agentId: a subagent child's label, empty for ordinary sessions.
+        # HookContext.agent_id: a subagent child's label, empty for ordinary sessions.
         self.agent_id = ""
 
     @property
@@ -105,8 +106,8 @@ class SessionHooks:
         self._dispatch_seq = 0
 
     def context(self, run_id: str, **extra: Any) -> JsonObject:
-        """HookContext in the seed's agent/tool shape; `dispatchSeq` orders dispatches within a run and is
-        0 outside one (session_end, before_reset), as hook.proto documents."""
+        """HookContext as hook.proto shapes it for agent and tool hooks; `dispatchSeq` orders dispatches within a run
+        and is 0 outside one (session_end, before_reset), as hook.proto documents."""
         scope = self._scope
         if run_id:
             self._dispatch_seq += 1

@@ -1,8 +1,8 @@
 """ModelClient on the official `anthropic` SDK (AsyncAnthropic, streaming raw events).
 
-Raw events from `messages.create(stream=True)` are accumulated by hand with list joins: the SDK's
-`messages.stream()` helper re-folds a snapshot on every delta and costs ~2.5× more per event
-(reference/performance.md §3). Tool input JSON is parsed once, at its block's stop."""
+Raw events from `messages.create(stream=True)` are accumulated by hand with list joins: the SDK's `messages.stream()`
+helper re-folds a snapshot on every delta and costs ~2.5× more per event. Tool input JSON is parsed once, at its block's
+stop."""
 
 from __future__ import annotations
 

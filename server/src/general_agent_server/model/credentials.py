@@ -1,4 +1,5 @@
-"""Which credential a model call uses (spec section 4, Credentials)."""
+"""Which credential a model call uses (README, Configuration: auth profiles, tenant default profiles and a
+session's in-memory `api_key`)."""
 
 from __future__ import annotations
 

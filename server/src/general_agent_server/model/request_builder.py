@@ -116,7 +116,7 @@ def build_request(
 
 def _with_prepended_context(history: Sequence[HistoryMessage], run_id: str, context: str) -> list[HistoryMessage]:
     """A before_prompt_build `prependContext` goes before the first text of the run's user message, for
-    the model only: the stored history (and the transcript) keep the original (spec 7)."""
+    the model only: the stored history (and the transcript) keep the original (docs/hooks.md)."""
     out = list(history)
     for index, message in enumerate(out):
         if message.role != "user" or message.run_id != run_id:

@@ -266,7 +266,7 @@ class ModelCall:
                 changes=changes,
             )
         if tool_uses:
-            # Seed hook order: the assistant preamble is written before the round's before_tool_call hooks.
+            # Hook order (docs/hooks.md): the assistant preamble is written before the round's before_tool_call hooks.
             transcript = await host.hooks.filter_transcript(transcript)
             return RunToolRound(
                 tool_uses=tuple(tool_uses), assistant=assistant, events=events, transcript=transcript, changes=changes

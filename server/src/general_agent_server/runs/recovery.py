@@ -1,4 +1,4 @@
-"""Start-up recovery (spec 8.1): every run left RUNNING by a crash gets a terminal
+"""Start-up recovery (docs/protocol.md, run outcomes): every run left RUNNING by a crash gets a terminal
 run_finished{FAILED, INTERRUPTED}; each of its tool calls without a result gets a synthetic is_error result
 (local tools are never re-run: the action may or may not have happened), and the model history gets the
 round's results message so no tool_use is left without its tool_result. The session becomes IDLE and the

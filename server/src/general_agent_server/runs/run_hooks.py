@@ -1,4 +1,4 @@
-"""The hooks a run calls, in the seed's order (docs/hooks.md): before_model_resolve and the legacy
+"""The hooks a run calls, in pipeline order (docs/hooks.md, "Order"): before_model_resolve and the legacy
 before_agent_start at admission, before_prompt_build before the first model call, llm_input with every first
 call, and agent_end then llm_output after run_finished.
 

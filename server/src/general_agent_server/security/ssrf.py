@@ -1,6 +1,6 @@
-"""The SSRF guard (SPEC 15): outbound requests the server makes on behalf of a model or a tenant (web_fetch,
-MCP HTTP servers, hook targets) must not reach loopback, private, link-local, metadata or other special-use
-addresses, unless the operator allow-listed the host.
+"""The SSRF guard (docs/tools.md, web_fetch; docs/hooks.md, hook targets): outbound requests the server makes on behalf
+of a model or a tenant (web_fetch, MCP HTTP servers, hook targets) must not reach loopback, private, link-local,
+metadata or other special-use addresses, unless the operator allow-listed the host.
 
 A host is checked by name first (blocked names and suffixes), then as an IP literal, then by resolving it: any
 blocked address among the results blocks, and so does a failed lookup. The check returns the addresses it

@@ -591,8 +591,8 @@ class LiveSession:
             self._mcp_config = None
 
     async def end_session_hooks(self, *, wait: bool, deleted: bool = False) -> None:
-        """session_end: when the session object ends after session_start fired in this process (as in the
-        seed), and always when the session is deleted."""
+        """session_end: when the session object ends after session_start fired in this process, so the two pair
+        up, and always when the session is deleted (docs/hooks.md)."""
         if not self.hooks.session_started and not deleted:
             return
         await self.hooks.session_end(await self.store.count_transcript(self.tenant, self.session_id), wait=wait)

@@ -25,7 +25,7 @@ from general_agent_server.tools.web.search import WebSearchTool
 
 logger = logging.getLogger(__name__)
 
-# The order tools are offered in (reference general-agent-sdk.md 11.2, plus glob and grep).
+# The order tools are offered in (docs/tools.md): files, then shell, then web, then subagents.
 BUILTIN_NAMES = (
     "read",
     "write",

@@ -2,7 +2,7 @@
 with a JSON Schema, argument validation against it, execution with a timeout and an output cap.
 
 Failures the model should see are `ToolOutcome(is_error=True)`; the loop turns them into `tool_error`
-events (spec 5.2: tool_error ⟺ the model saw is_error)."""
+events (docs/protocol.md, "Turns and events": tool_error exactly when the model saw is_error)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,6 @@ from general_agent_server.domain.content import ContentPart, ImagePart, TextPart
 from general_agent_server.security.redaction import redact
 
 logger = logging.getLogger(__name__)
-
-# Names the provider accepts for tools.
 
 
 class ToolKind(enum.Enum):

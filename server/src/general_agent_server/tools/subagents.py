@@ -1,10 +1,10 @@
 """The `subagents` tool (docs/tools.md): a child session with its own
 instructions, model and allowed tools runs one turn to completion and its final text returns to the parent.
 
-Differences from the seed, on purpose: a failed child (hook refusal, failed or stopped run) is a tool error
-the model sees as such; the parent's stop and cancel reach the child (the seed let it run on); the result is
-the child's final answer rather than every delta of every round. The child is stored as a session whose
-`parent_session_id` is the parent, listed only when asked (ListSessions include_children / parent_session_id)."""
+A failed child (hook refusal, failed or stopped run) is a tool error the model sees as such; the parent's stop and
+cancel reach the child, so a stopped run leaves nothing running behind it; the result is the child's final answer rather
+than every delta of every round, which the parent's model would have to read through. The child is stored as a session
+whose `parent_session_id` is the parent, listed only when asked (ListSessions include_children / parent_session_id)."""
 
 from __future__ import annotations
 

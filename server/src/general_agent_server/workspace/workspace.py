@@ -1,4 +1,5 @@
-"""Workspace confinement, checked at open (SPEC 9): every file tool reaches its files through `Workspace`.
+"""Workspace confinement, checked at open (docs/tools.md, the workspace): every file tool reaches its files through
+`Workspace`.
 
 A path is walked from a descriptor of the workspace root without letting the kernel follow links
 (confined_walk.py), and the final file is then opened, replaced or deleted relative to its directory's

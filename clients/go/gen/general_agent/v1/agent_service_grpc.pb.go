@@ -126,7 +126,8 @@ type AgentServiceClient interface {
 	// pending). An identical duplicate submit is OK and replays that submit's
 	// events.
 	SubmitHostedToolResult(ctx context.Context, in *SubmitHostedToolResultRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubmitHostedToolResultResponse], error)
-	// The bidirectional protocol for long-lived hosts (spec 5.5): attach
+	// The bidirectional protocol for long-lived hosts (docs/protocol.md,
+	// "Watching and RunSession"): attach
 	// first, then turns, hosted results, inject, stop, cancel and pings on one
 	// stream. Only protocol and auth errors end the stream (INVALID_ARGUMENT
 	// when the first message is not `attach`; NOT_FOUND for an unknown
@@ -618,7 +619,8 @@ type AgentServiceServer interface {
 	// pending). An identical duplicate submit is OK and replays that submit's
 	// events.
 	SubmitHostedToolResult(*SubmitHostedToolResultRequest, grpc.ServerStreamingServer[SubmitHostedToolResultResponse]) error
-	// The bidirectional protocol for long-lived hosts (spec 5.5): attach
+	// The bidirectional protocol for long-lived hosts (docs/protocol.md,
+	// "Watching and RunSession"): attach
 	// first, then turns, hosted results, inject, stop, cancel and pings on one
 	// stream. Only protocol and auth errors end the stream (INVALID_ARGUMENT
 	// when the first message is not `attach`; NOT_FOUND for an unknown

@@ -23,8 +23,8 @@ const (
 
 // Every `google.rpc.ErrorInfo.reason` the service sends, in domain
 // "general-agent". The wire reason string is the value name without the
-// `ERROR_REASON_` prefix, e.g. "SESSION_NOT_FOUND". Run reasons (Appendix B of
-// the spec) appear both here, when a run failure is reported as an RPC error
+// `ERROR_REASON_` prefix, e.g. "SESSION_NOT_FOUND". Run reasons (`RunReason`,
+// docs/protocol.md "Run outcomes") appear both here, when a run failure is reported as an RPC error
 // or in `run_finished.error`, and as `RunReason` on `run_finished`.
 type ErrorReason int32
 

@@ -81,7 +81,7 @@ func (RunTrigger) EnumDescriptor() ([]byte, []int) {
 	return file_general_agent_v1_event_proto_rawDescGZIP(), []int{0}
 }
 
-// Why a model call ended (seed parity values).
+// Why a model call ended.
 type StopReason int32
 
 const (
@@ -150,7 +150,7 @@ func (StopReason) EnumDescriptor() ([]byte, []int) {
 	return file_general_agent_v1_event_proto_rawDescGZIP(), []int{1}
 }
 
-// How a run ended (spec Appendix B).
+// How a run ended (docs/protocol.md, "Run outcomes").
 type RunOutcome int32
 
 const (
@@ -211,8 +211,8 @@ func (RunOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_general_agent_v1_event_proto_rawDescGZIP(), []int{2}
 }
 
-// The reason of a STOPPED or FAILED run (spec Appendix B). The same names
-// appear as ErrorInfo reasons in `run_finished.error`.
+// The reason of a STOPPED or FAILED run (docs/protocol.md, "Run outcomes").
+// The same names appear as ErrorInfo reasons in `run_finished.error`.
 type RunReason int32
 
 const (
@@ -378,7 +378,8 @@ func (CompactionReason) EnumDescriptor() ([]byte, []int) {
 	return file_general_agent_v1_event_proto_rawDescGZIP(), []int{4}
 }
 
-// One event of a session's durable event log (spec section 5.2).
+// One event of a session's durable event log (docs/protocol.md, "Turns and
+// events").
 //
 // Forward compatibility: clients MUST skip event variants they do not know;
 // new variants are added without a version change.
@@ -993,8 +994,8 @@ func (x *ToolCallEvent) GetInputJson() string {
 	return ""
 }
 
-// A successful tool result. `is_error` is always false (seed parity);
-// failures are ToolErrorEvent.
+// A successful tool result. `is_error` is always false; failures are
+// ToolErrorEvent.
 type ToolResultEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The call.

@@ -77,7 +77,7 @@ func (SubagentSpawningStatus) EnumDescriptor() ([]byte, []int) {
 }
 
 // Context sent with every hook call. Fields that do not apply to a hook are
-// empty; which ones are set follows the seed's context shapes:
+// empty; which ones are set depends on the kind of hook:
 // agent hooks: agent_id, session_key, session_id, workspace_dir, run_id;
 // tool hooks: session_id, session_key, run_id, tool_name, tool_call_id;
 // subagent hooks: run_id, session_key (= the requester's session key; the
@@ -2614,7 +2614,7 @@ type InboundClaimResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// True claims the message: the host should not process it further.
 	Handled bool `protobuf:"varint,1,opt,name=handled,proto3" json:"handled,omitempty"`
-	// Optional reply text to send for a claimed message (OpenClaw's `reply`).
+	// Optional reply text to send for a claimed message.
 	Text          string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -400,9 +400,11 @@ func (x *HookRegistration) GetCreateTime() *timestamppb.Timestamp {
 // Where the server dials a host's HookService.
 type HookTarget struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// `host:port` of the HookService endpoint. The host must pass the server's
-	// SSRF guard (loopback, private, link-local and metadata addresses are
-	// refused after DNS resolution) unless it is on the server's allow-list.
+	// `host:port` of the HookService endpoint. A `tenant`-role caller's host
+	// must pass the server's SSRF guard (loopback, private, link-local and
+	// metadata addresses are refused after DNS resolution) unless it is on the
+	// server's allow-list; the operator's may be loopback or private
+	// (docs/hooks.md, "Hook targets and the SSRF guard").
 	// The server reuses one channel per distinct target.
 	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
 	// TLS settings. Absent means plaintext.
@@ -923,7 +925,8 @@ type EmitHookRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The hook's wire name, e.g. "message_sending".
 	HookName string `protobuf:"bytes,1,opt,name=hook_name,json=hookName,proto3" json:"hook_name,omitempty"`
-	// The event payload as JSON (the seed's field names).
+	// The event payload as JSON, in the camelCase field names of the typed
+	// event's proto3 JSON form (hook.proto).
 	Event *structpb.Struct `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
 	// The context.
 	Context *HookContext `protobuf:"bytes,3,opt,name=context,proto3" json:"context,omitempty"`

@@ -23,14 +23,15 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// A tool the host executes itself (spec section 6). The model sees it like
-// any other tool; when the model calls it the run suspends until the host
-// submits a result with SubmitHostedToolResult or RunSession `hosted_result`.
+// A tool the host executes itself (docs/tools.md, docs/protocol.md "Hosted
+// tools"). The model sees it like any other tool; when the model calls it the
+// run suspends until the host submits a result with SubmitHostedToolResult or
+// RunSession `hosted_result`.
 type HostedToolDefinition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Matches the provider's tool-name pattern `^[a-zA-Z0-9_-]{1,64}$` and is
-	// not a built-in, reserved (spec Appendix D), `memory_*` or global hosted
-	// name.
+	// not a built-in, reserved (docs/tools.md, "Hosted tools"), `memory_*`,
+	// `sessions_*` or global hosted name.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Shown to the model.
 	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`

@@ -136,7 +136,8 @@ func (McpServerState) EnumDescriptor() ([]byte, []int) {
 	return file_general_agent_v1_mcp_proto_rawDescGZIP(), []int{1}
 }
 
-// How one MCP server is reached (spec section 10).
+// How one MCP server is reached. MCP is not built yet: the MCP RPCs and
+// `CreateSession.mcp_servers` answer UNIMPLEMENTED (capability `mcp`).
 type McpServerConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How the server connects: it starts a local process (`stdio`) or dials an

@@ -24,7 +24,8 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// The session's mode. It selects the tool policy (spec section 9).
+// The session's mode. It selects the tool policy (docs/tools.md, "Which tools
+// a session gets").
 type SessionMode int32
 
 const (
@@ -311,7 +312,8 @@ func (x *ThinkingConfig) GetBudgetTokens() int32 {
 	return 0
 }
 
-// Memory scope (spec section 12).
+// Memory scope. Memory is not built yet: `enabled: true` is answered
+// UNIMPLEMENTED (capability `memory`).
 type MemoryConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Unset = the server default (on).
@@ -559,7 +561,7 @@ func (x *ForkOrigin) GetAtSequence() int64 {
 	return 0
 }
 
-// Context usage after the latest model call (spec section 11).
+// Context usage after the latest model call.
 type UsageSnapshot struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// input + cache read + cache write tokens of the latest model call.
@@ -714,7 +716,7 @@ func (x *Usage) GetModelCalls() int64 {
 	return 0
 }
 
-// A hosted session (spec section 4, Appendix A).
+// A hosted session (docs/protocol.md, "Sessions").
 // [#next-free-field: 31]
 type Session struct {
 	state protoimpl.MessageState `protogen:"open.v1"`

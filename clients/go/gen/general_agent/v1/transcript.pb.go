@@ -23,8 +23,8 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// One transcript entry (spec section 8.2), stored in the same transaction as
-// the step that produced it and exported as one JSONL line.
+// One transcript entry, stored in the same transaction as the step that
+// produced it and exported as one JSONL line.
 type TranscriptEntry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The sequence of the event that committed it (0 when none did).

@@ -24,7 +24,7 @@ const (
 )
 
 // What the server does when a turn arrives while a run is RUNNING or
-// SUSPENDED (spec Appendix C).
+// SUSPENDED (docs/protocol.md, "Busy policies").
 type BusyPolicy int32
 
 const (

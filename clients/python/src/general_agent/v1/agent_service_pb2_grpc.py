@@ -351,7 +351,8 @@ class AgentServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RunSession(self, request_iterator, context):
-        """The bidirectional protocol for long-lived hosts (spec 5.5): attach
+        """The bidirectional protocol for long-lived hosts (docs/protocol.md,
+        "Watching and RunSession"): attach
         first, then turns, hosted results, inject, stop, cancel and pings on one
         stream. Only protocol and auth errors end the stream (INVALID_ARGUMENT
         when the first message is not `attach`; NOT_FOUND for an unknown

@@ -126,7 +126,8 @@ class AgentServiceStub:
     events.
     """
     RunSession: _grpc.StreamStreamMultiCallable[_run_session_pb2.RunSessionRequest, _run_session_pb2.RunSessionResponse]
-    """The bidirectional protocol for long-lived hosts (spec 5.5): attach
+    """The bidirectional protocol for long-lived hosts (docs/protocol.md,
+    "Watching and RunSession"): attach
     first, then turns, hosted results, inject, stop, cancel and pings on one
     stream. Only protocol and auth errors end the stream (INVALID_ARGUMENT
     when the first message is not `attach`; NOT_FOUND for an unknown
@@ -298,7 +299,8 @@ class AgentServiceAsyncStub(AgentServiceStub):
     events.
     """
     RunSession: _aio.StreamStreamMultiCallable[_run_session_pb2.RunSessionRequest, _run_session_pb2.RunSessionResponse]  # type: ignore[assignment]
-    """The bidirectional protocol for long-lived hosts (spec 5.5): attach
+    """The bidirectional protocol for long-lived hosts (docs/protocol.md,
+    "Watching and RunSession"): attach
     first, then turns, hosted results, inject, stop, cancel and pings on one
     stream. Only protocol and auth errors end the stream (INVALID_ARGUMENT
     when the first message is not `attach`; NOT_FOUND for an unknown
@@ -539,7 +541,8 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_run_session_pb2.RunSessionRequest],
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_run_session_pb2.RunSessionResponse], _abc.AsyncIterator[_run_session_pb2.RunSessionResponse]]:
-        """The bidirectional protocol for long-lived hosts (spec 5.5): attach
+        """The bidirectional protocol for long-lived hosts (docs/protocol.md,
+        "Watching and RunSession"): attach
         first, then turns, hosted results, inject, stop, cancel and pings on one
         stream. Only protocol and auth errors end the stream (INVALID_ARGUMENT
         when the first message is not `attach`; NOT_FOUND for an unknown

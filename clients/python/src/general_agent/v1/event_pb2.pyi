@@ -74,7 +74,7 @@ class _StopReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_StopReason
     """The stop flag was set before the run; no model call was made."""
 
 class StopReason(_StopReason, metaclass=_StopReasonEnumTypeWrapper):
-    """Why a model call ended (seed parity values)."""
+    """Why a model call ended."""
 
 STOP_REASON_UNSPECIFIED: StopReason.ValueType  # 0
 """Not set."""
@@ -110,7 +110,7 @@ class _RunOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RunOutcome
     """Failed; see `reason` and `error`."""
 
 class RunOutcome(_RunOutcome, metaclass=_RunOutcomeEnumTypeWrapper):
-    """How a run ended (spec Appendix B)."""
+    """How a run ended (docs/protocol.md, "Run outcomes")."""
 
 RUN_OUTCOME_UNSPECIFIED: RunOutcome.ValueType  # 0
 """Not set."""
@@ -166,8 +166,8 @@ class _RunReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RunReason.V
     """A store or internal error."""
 
 class RunReason(_RunReason, metaclass=_RunReasonEnumTypeWrapper):
-    """The reason of a STOPPED or FAILED run (spec Appendix B). The same names
-    appear as ErrorInfo reasons in `run_finished.error`.
+    """The reason of a STOPPED or FAILED run (docs/protocol.md, "Run outcomes").
+    The same names appear as ErrorInfo reasons in `run_finished.error`.
     """
 
 RUN_REASON_UNSPECIFIED: RunReason.ValueType  # 0
@@ -236,7 +236,8 @@ Global___CompactionReason: _TypeAlias = CompactionReason  # noqa: Y015
 
 @_typing.final
 class SessionEvent(_message.Message):
-    """One event of a session's durable event log (spec section 5.2).
+    """One event of a session's durable event log (docs/protocol.md, "Turns and
+    events").
 
     Forward compatibility: clients MUST skip event variants they do not know;
     new variants are added without a version change.
@@ -499,8 +500,8 @@ Global___ToolCallEvent: _TypeAlias = ToolCallEvent  # noqa: Y015
 
 @_typing.final
 class ToolResultEvent(_message.Message):
-    """A successful tool result. `is_error` is always false (seed parity);
-    failures are ToolErrorEvent.
+    """A successful tool result. `is_error` is always false; failures are
+    ToolErrorEvent.
     """
 
     DESCRIPTOR: _descriptor.Descriptor

@@ -57,7 +57,7 @@ class HookContext(_message.Message):
     ---------------------------------------------------------------------------
 
     Context sent with every hook call. Fields that do not apply to a hook are
-    empty; which ones are set follows the seed's context shapes:
+    empty; which ones are set depends on the kind of hook:
     agent hooks: agent_id, session_key, session_id, workspace_dir, run_id;
     tool hooks: session_id, session_key, run_id, tool_name, tool_call_id;
     subagent hooks: run_id, session_key (= the requester's session key; the
@@ -1400,7 +1400,7 @@ class InboundClaimResult(_message.Message):
     handled: _builtins.bool
     """True claims the message: the host should not process it further."""
     text: _builtins.str
-    """Optional reply text to send for a claimed message (OpenClaw's `reply`)."""
+    """Optional reply text to send for a claimed message."""
     def __init__(
         self,
         *,

@@ -300,9 +300,11 @@ class HookTarget(_message.Message):
     ADDRESS_FIELD_NUMBER: _builtins.int
     TLS_FIELD_NUMBER: _builtins.int
     address: _builtins.str
-    """`host:port` of the HookService endpoint. The host must pass the server's
-    SSRF guard (loopback, private, link-local and metadata addresses are
-    refused after DNS resolution) unless it is on the server's allow-list.
+    """`host:port` of the HookService endpoint. A `tenant`-role caller's host
+    must pass the server's SSRF guard (loopback, private, link-local and
+    metadata addresses are refused after DNS resolution) unless it is on the
+    server's allow-list; the operator's may be loopback or private
+    (docs/hooks.md, "Hook targets and the SSRF guard").
     The server reuses one channel per distinct target.
     """
     @_builtins.property
@@ -582,7 +584,9 @@ class EmitHookRequest(_message.Message):
     """Include this session's registrations too."""
     @_builtins.property
     def event(self) -> _struct_pb2.Struct:
-        """The event payload as JSON (the seed's field names)."""
+        """The event payload as JSON, in the camelCase field names of the typed
+        event's proto3 JSON form (hook.proto).
+        """
 
     @_builtins.property
     def context(self) -> _hook_pb2.HookContext:

@@ -20,9 +20,10 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class HostedToolDefinition(_message.Message):
-    """A tool the host executes itself (spec section 6). The model sees it like
-    any other tool; when the model calls it the run suspends until the host
-    submits a result with SubmitHostedToolResult or RunSession `hosted_result`.
+    """A tool the host executes itself (docs/tools.md, docs/protocol.md "Hosted
+    tools"). The model sees it like any other tool; when the model calls it the
+    run suspends until the host submits a result with SubmitHostedToolResult or
+    RunSession `hosted_result`.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -34,8 +35,8 @@ class HostedToolDefinition(_message.Message):
     TIMEOUT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Matches the provider's tool-name pattern `^[a-zA-Z0-9_-]{1,64}$` and is
-    not a built-in, reserved (spec Appendix D), `memory_*` or global hosted
-    name.
+    not a built-in, reserved (docs/tools.md, "Hosted tools"), `memory_*`,
+    `sessions_*` or global hosted name.
     """
     description: _builtins.str
     """Shown to the model."""

@@ -80,7 +80,8 @@ class McpServerConfig(_message.Message):
     """A session's MCP servers: how each is reached, its status, and the messages
     of SetMcpServers, GetMcpServers, ToggleMcpServer and GetMcpStatus.
 
-    How one MCP server is reached (spec section 10).
+    How one MCP server is reached. MCP is not built yet: the MCP RPCs and
+    `CreateSession.mcp_servers` answer UNIMPLEMENTED (capability `mcp`).
     """
 
     DESCRIPTOR: _descriptor.Descriptor

@@ -38,7 +38,9 @@ class _SessionModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SessionMo
     """Every tool the server permits."""
 
 class SessionMode(_SessionMode, metaclass=_SessionModeEnumTypeWrapper):
-    """The session's mode. It selects the tool policy (spec section 9)."""
+    """The session's mode. It selects the tool policy (docs/tools.md, "Which tools
+    a session gets").
+    """
 
 SESSION_MODE_UNSPECIFIED: SessionMode.ValueType  # 0
 """Treated as GENERAL."""
@@ -164,7 +166,9 @@ Global___ThinkingConfig: _TypeAlias = ThinkingConfig  # noqa: Y015
 
 @_typing.final
 class MemoryConfig(_message.Message):
-    """Memory scope (spec section 12)."""
+    """Memory scope. Memory is not built yet: `enabled: true` is answered
+    UNIMPLEMENTED (capability `memory`).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -290,7 +294,7 @@ Global___ForkOrigin: _TypeAlias = ForkOrigin  # noqa: Y015
 
 @_typing.final
 class UsageSnapshot(_message.Message):
-    """Context usage after the latest model call (spec section 11)."""
+    """Context usage after the latest model call."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -364,7 +368,7 @@ Global___Usage: _TypeAlias = Usage  # noqa: Y015
 
 @_typing.final
 class Session(_message.Message):
-    """A hosted session (spec section 4, Appendix A).
+    """A hosted session (docs/protocol.md, "Sessions").
     [#next-free-field: 31]
     """
 

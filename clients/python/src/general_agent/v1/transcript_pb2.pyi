@@ -23,8 +23,8 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class TranscriptEntry(_message.Message):
-    """One transcript entry (spec section 8.2), stored in the same transaction as
-    the step that produced it and exported as one JSONL line.
+    """One transcript entry, stored in the same transaction as the step that
+    produced it and exported as one JSONL line.
     """
 
     DESCRIPTOR: _descriptor.Descriptor

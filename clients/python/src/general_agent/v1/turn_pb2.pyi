@@ -48,7 +48,7 @@ class BusyPolicy(_BusyPolicy, metaclass=_BusyPolicyEnumTypeWrapper):
     tools") describes how a run unfolds.
 
     What the server does when a turn arrives while a run is RUNNING or
-    SUSPENDED (spec Appendix C).
+    SUSPENDED (docs/protocol.md, "Busy policies").
     """
 
 BUSY_POLICY_UNSPECIFIED: BusyPolicy.ValueType  # 0

@@ -1,5 +1,5 @@
-"""The diff `edit` shows the model: changed lines with their line numbers and a few lines of context, in the
-reference's layout (`-12 old`, `+12 new`, ` 13 context`, and `...` where unchanged lines are left out)."""
+"""The diff `edit` shows the model: changed lines with their line numbers and a few lines of context
+(`-12 old`, `+12 new`, ` 13 context`, and `...` where unchanged lines are left out)."""
 
 from __future__ import annotations
 

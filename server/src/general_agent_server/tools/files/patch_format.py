@@ -1,4 +1,4 @@
-"""Parsing the `apply_patch` format (reference general-agent-sdk.md 11.2, the Codex-style patch):
+"""Parsing the `apply_patch` format (the Codex-style patch; docs/tools.md):
 
     *** Begin Patch
     *** Add File: path         then lines starting with "+"
@@ -8,7 +8,8 @@
                                "*** End of File" when the chunk must match at the end of the file
     *** End Patch
 
-A `<<EOF` ... `EOF` wrapper around the whole patch is tolerated. Error messages are the reference's."""
+A `<<EOF` ... `EOF` wrapper around the whole patch is tolerated. Error messages say which line is wrong and
+what was expected there."""
 
 from __future__ import annotations
 

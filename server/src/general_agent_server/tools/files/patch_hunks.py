@@ -1,6 +1,7 @@
 """Applying the chunks of an `*** Update File` hunk to a file's text (LF line endings). Each chunk's old lines
 are looked for from where the previous chunk ended, trying exact lines, then lines without trailing
-whitespace, then trimmed lines, then trimmed lines with Unicode punctuation as ASCII (reference behaviour)."""
+whitespace, then trimmed lines, then trimmed lines with Unicode punctuation as ASCII: what models get wrong
+when they retype lines."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 text: Unicode compatibility forms, trailing whitespace, smart quotes, Unicode dashes, special spaces).
 
 A tolerant match is mapped back to the span of the original text it covers, so only that span is replaced and
-the rest of the file keeps its exact bytes (the reference rewrote the whole file in normalised form)."""
+the rest of the file keeps its exact bytes: an edit never rewrites text the model did not ask to change."""
 
 from __future__ import annotations
 

@@ -43,6 +43,6 @@ class WriteTool:
         content = str(arguments["content"])
         async with self._locks.hold(self.touched_paths(arguments, context)):
             path = await run_to_completion(lambda: workspace.write_bytes(raw, content.encode("utf-8")))
-        # Counted as the reference counts: the pieces between line breaks.
+        # The pieces between line breaks, so a final line without a break still counts.
         lines = content.count("\n") + 1
         return ToolOutcome.text(f"Successfully wrote {lines} lines to {path.display}", {"path": path.display})

@@ -99,7 +99,7 @@ class BackgroundProcess:
             raise ToolFailure(f"Session {self.id} is not reading its stdin.") from exc
 
     def summary(self) -> dict[str, Any]:
-        """The reference's list entry shape (camelCase keys, command cut to 80 characters)."""
+        """One entry of `process list`: camelCase keys like the tool's arguments, the command cut to 80 characters."""
         return {
             "id": self.id,
             "command": self.command[:80],

@@ -8,10 +8,10 @@ from collections import deque
 
 from general_agent_server.tools.shell.output_text import sanitize
 
-# The reference's pending-output bounds: past the cap, only the newest tail is kept.
+# Unread output: past the cap, only the newest tail is kept (the latest output matters most).
 PENDING_CAP_CHARS = 100_000
 PENDING_TAIL_CHARS = 50_000
-# The reference kept the full log unbounded; here the oldest lines go once it passes this size.
+# The log: the oldest lines go once it passes this size, so a chatty process cannot grow memory without end.
 LOG_CAP_CHARS = 1_000_000
 
 

@@ -30,7 +30,7 @@ def filtered_environment(names: tuple[str, ...], source: Mapping[str, str] | Non
 
 
 def shell_path(environ: Mapping[str, str] | None = None) -> str:
-    """$SHELL when it exists, else /bin/bash, else bash or sh from PATH (the reference's order)."""
+    """$SHELL when it exists, else /bin/bash, else bash or sh from PATH: the user's shell first, as a terminal would."""
     environ = os.environ if environ is None else environ
     configured = environ.get("SHELL", "")
     for candidate in (configured, "/bin/bash"):

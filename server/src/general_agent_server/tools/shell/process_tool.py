@@ -1,6 +1,5 @@
 """`process`: the background processes of this session (started by `exec background=true`): list them, poll new
-output, read the log, write to stdin, kill, remove. Messages follow the reference (general-agent-sdk.md 11.2);
-failures are tool errors."""
+output, read the log, write to stdin, kill, remove (docs/tools.md); failures are tool errors."""
 
 from __future__ import annotations
 

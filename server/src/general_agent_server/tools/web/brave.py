@@ -1,4 +1,4 @@
-"""Web search through the Brave Search API (reference 11.5), used when a key is configured. The key travels only
+"""Web search through the Brave Search API, used when a key is configured (docs/tools.md). The key travels only
 in the X-Subscription-Token header; anything this module puts in an error is scrubbed of it."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ INPUT_SCHEMA: Mapping[str, Any] = {
 
 
 def _invalid(code: str, message: str) -> ToolFailure:
-    """A validation problem: the message for the model, the structured form (reference 11.5) as details."""
+    """A validation problem: the message for the model, the structured form (code, message, API docs) as details."""
     return ToolFailure(message, {"error": code, "message": message, "docs": DOCS})
 
 

@@ -1,5 +1,5 @@
-"""A small TTL cache for web tool payloads: bounded entry count, oldest entry evicted first (reference 11.4:
-100 entries, FIFO), a TTL <= 0 disables it. One per tool instance, so servers in one process do not share."""
+"""A small TTL cache for web tool payloads: at most 100 entries, oldest evicted first (docs/tools.md); a TTL
+<= 0 disables it. One per tool instance, so servers in one process do not share."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Keyless web search through DuckDuckGo's HTML endpoint (reference 11.5): result links are `a.result__a`
+"""Keyless web search through DuckDuckGo's HTML endpoint (docs/tools.md, web_search): result links are `a.result__a`
 whose href is a DuckDuckGo redirect carrying the target in `uddg`; snippets are `.result__snippet`."""
 
 from __future__ import annotations

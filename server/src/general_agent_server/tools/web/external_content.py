@@ -1,4 +1,4 @@
-"""Wrapping of untrusted web content before the model sees it (reference 11.4, last paragraph).
+"""Wrapping of untrusted web content before the model sees it (docs/tools.md, web_fetch).
 
 Content sits between a begin and an end marker carrying a random id, so text inside cannot close the block:
 it would have to guess the id. Anything in the content that looks like a marker (ASCII, full-width or

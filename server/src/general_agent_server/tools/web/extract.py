@@ -1,8 +1,8 @@
-"""Readable text from a fetched body, by content type (reference 11.4 step 6).
+"""Readable text from a fetched body, by content type (docs/tools.md, web_fetch).
 
 HTML: hidden content is removed first (it is a common carrier of prompt injection: text a person never sees),
 then readability-lxml picks the main article and markdownify turns it into markdown. Why these: readability-lxml
-is a maintained port of the same Readability algorithm the original SDK used (Mozilla Readability), on lxml, a
+is a maintained port of Mozilla's Readability algorithm, the one browsers' reader views use, on lxml, a
 parser we need anyway; markdownify is a small, typed, maintained HTML-to-markdown converter. trafilatura extracts
 well too but pulls in a much larger dependency tree (date parsing, URL handling, charset detection) for features
 this tool does not use. Text mode is the markdown with its syntax removed, so both modes keep the same blocks."""

@@ -1,5 +1,5 @@
 """`web_fetch`: one URL, through the SSRF guard on every redirect hop, as readable text wrapped as untrusted
-external content (reference 11.4). With a Firecrawl key, an origin that cannot be reached or answers non-2xx,
+external content (docs/tools.md). With a Firecrawl key, an origin that cannot be reached or answers non-2xx,
 and HTML where Readability finds nothing, are scraped through Firecrawl instead; an SSRF block never is. The
 payload is both the details and, as pretty JSON, the text the model reads."""
 

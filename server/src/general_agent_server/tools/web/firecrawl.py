@@ -1,4 +1,4 @@
-"""The Firecrawl scrape API as web_fetch's fallback (reference 11.4 step 9): used when the origin cannot be
+"""The Firecrawl scrape API as web_fetch's fallback (docs/tools.md, web_fetch): used when the origin cannot be
 reached, answers non-2xx, or serves HTML where Readability finds nothing. The request goes through the same
 SSRF guard and address pinning as any fetch. The API key travels only in the Authorization header; error
 details are scrubbed of it, and the config's repr leaves it out."""

@@ -25,7 +25,8 @@ INVALID_URL = "Invalid URL: must be http or https"
 
 
 class FetchBlocked(ToolFailure):
-    """The SSRF guard refused a hop. Never retried through another route (reference 11.4 step 3)."""
+    """The SSRF guard refused a hop. Never retried through another route: the Firecrawl fallback would fetch what
+    the guard refused."""
 
 
 class FetchFailed(ToolFailure):

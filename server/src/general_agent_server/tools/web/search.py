@@ -1,4 +1,4 @@
-"""`web_search`: Brave when a key is configured, DuckDuckGo's HTML endpoint otherwise (reference 11.5). The
+"""`web_search`: Brave when a key is configured, DuckDuckGo's HTML endpoint otherwise (docs/tools.md). The
 tool's description and schema are the selected provider's; results are cached per query and options."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class SearchProvider(Protocol):
 
 
 def clamp_count(raw: Any) -> int:
-    """Out-of-range counts are clamped, not rejected (reference 11.5)."""
+    """Out-of-range counts are clamped, not rejected: a model asking for 20 results still gets 10."""
     return max(1, min(MAX_COUNT, int(raw if raw is not None else DEFAULT_COUNT)))
 
 

@@ -1,6 +1,6 @@
-"""Durable file checkpoints (spec 9): every mutating tool call records the prior state of the files it touches;
-failed calls are rolled back and record nothing; a restore rewinds linearly from the newest checkpoint down to
-and including the chosen one.
+"""Durable file checkpoints (docs/tools.md, checkpoints): every mutating tool call records the prior state of the files
+it touches; failed calls are rolled back and record nothing; a restore rewinds linearly from the newest checkpoint down
+to and including the chosen one.
 
 Checkpoints live in the session store, bounded per session by count and by stored bytes. The bound always
 drops the oldest first: a gap in the middle of the chain would make a later rewind skip a change."""

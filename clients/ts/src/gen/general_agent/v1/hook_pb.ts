@@ -16,7 +16,7 @@ export const file_general_agent_v1_hook: GenFile = /*@__PURE__*/
 
 /**
  * Context sent with every hook call. Fields that do not apply to a hook are
- * empty; which ones are set follows the seed's context shapes:
+ * empty; which ones are set depends on the kind of hook:
  * agent hooks: agent_id, session_key, session_id, workspace_dir, run_id;
  * tool hooks: session_id, session_key, run_id, tool_name, tool_call_id;
  * subagent hooks: run_id, session_key (= the requester's session key; the
@@ -1552,7 +1552,7 @@ export type InboundClaimResult = Message<"general_agent.v1.InboundClaimResult"> 
   handled: boolean;
 
   /**
-   * Optional reply text to send for a claimed message (OpenClaw's `reply`).
+   * Optional reply text to send for a claimed message.
    *
    * @generated from field: string text = 2;
    */

@@ -90,9 +90,11 @@ export const HookRegistrationSchema: GenMessage<HookRegistration> = /*@__PURE__*
  */
 export type HookTarget = Message<"general_agent.v1.HookTarget"> & {
   /**
-   * `host:port` of the HookService endpoint. The host must pass the server's
-   * SSRF guard (loopback, private, link-local and metadata addresses are
-   * refused after DNS resolution) unless it is on the server's allow-list.
+   * `host:port` of the HookService endpoint. A `tenant`-role caller's host
+   * must pass the server's SSRF guard (loopback, private, link-local and
+   * metadata addresses are refused after DNS resolution) unless it is on the
+   * server's allow-list; the operator's may be loopback or private
+   * (docs/hooks.md, "Hook targets and the SSRF guard").
    * The server reuses one channel per distinct target.
    *
    * @generated from field: string address = 1;
@@ -373,7 +375,8 @@ export type EmitHookRequest = Message<"general_agent.v1.EmitHookRequest"> & {
   hookName: string;
 
   /**
-   * The event payload as JSON (the seed's field names).
+   * The event payload as JSON, in the camelCase field names of the typed
+   * event's proto3 JSON form (hook.proto).
    *
    * @generated from field: google.protobuf.Struct event = 2;
    */

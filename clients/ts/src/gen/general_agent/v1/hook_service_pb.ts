@@ -1510,7 +1510,7 @@ export const HookService: GenService<{
    * `subagent_delivery_target`. Modifying. Called when a subagent finishes and
    * its completion needs a destination.
    * Merge: handlers run in sequence by priority; the first result that carries
-   * an `origin` wins (later handlers still run, their results are discarded).
+   * an `origin` wins and ends the chain (later handlers are not called).
    * The result is advisory: it is reported but the server does not route by it.
    * Absent `result` (or UNIMPLEMENTED): no opinion.
    * Default timeout 15 s. Default failure policy: fail open; failing closed has

@@ -15,17 +15,18 @@ export const file_general_agent_v1_hosted_tool: GenFile = /*@__PURE__*/
   fileDesc("CiJnZW5lcmFsX2FnZW50L3YxL2hvc3RlZF90b29sLnByb3RvEhBnZW5lcmFsX2FnZW50LnYxIq8BChRIb3N0ZWRUb29sRGVmaW5pdGlvbhIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEi0KDGlucHV0X3NjaGVtYRgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSGQoRaW5wdXRfc2NoZW1hX2pzb24YBCABKAkSKgoHdGltZW91dBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkLcAQoUY29tLmdlbmVyYWxfYWdlbnQudjFCD0hvc3RlZFRvb2xQcm90b1ABWlZnaXRodWIuY29tL2dlbmVyYWwtYWdlbnQvZ2VuZXJhbC1hZ2VudC9jbGllbnRzL2dvL2dlbi9nZW5lcmFsX2FnZW50L3YxO2dlbmVyYWxfYWdlbnR2MaICA0dYWKoCD0dlbmVyYWxBZ2VudC5WMcoCD0dlbmVyYWxBZ2VudFxWMeICG0dlbmVyYWxBZ2VudFxWMVxHUEJNZXRhZGF0YeoCEEdlbmVyYWxBZ2VudDo6VjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_struct]);
 
 /**
- * A tool the host executes itself (spec section 6). The model sees it like
- * any other tool; when the model calls it the run suspends until the host
- * submits a result with SubmitHostedToolResult or RunSession `hosted_result`.
+ * A tool the host executes itself (docs/tools.md, docs/protocol.md "Hosted
+ * tools"). The model sees it like any other tool; when the model calls it the
+ * run suspends until the host submits a result with SubmitHostedToolResult or
+ * RunSession `hosted_result`.
  *
  * @generated from message general_agent.v1.HostedToolDefinition
  */
 export type HostedToolDefinition = Message<"general_agent.v1.HostedToolDefinition"> & {
   /**
    * Matches the provider's tool-name pattern `^[a-zA-Z0-9_-]{1,64}$` and is
-   * not a built-in, reserved (spec Appendix D), `memory_*` or global hosted
-   * name.
+   * not a built-in, reserved (docs/tools.md, "Hosted tools"), `memory_*`,
+   * `sessions_*` or global hosted name.
    *
    * @generated from field: string name = 1;
    */

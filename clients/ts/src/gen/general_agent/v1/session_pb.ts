@@ -86,7 +86,8 @@ export const ThinkingConfigSchema: GenMessage<ThinkingConfig> = /*@__PURE__*/
   messageDesc(file_general_agent_v1_session, 1);
 
 /**
- * Memory scope (spec section 12).
+ * Memory scope. Memory is not built yet: `enabled: true` is answered
+ * UNIMPLEMENTED (capability `memory`).
  *
  * @generated from message general_agent.v1.MemoryConfig
  */
@@ -220,7 +221,7 @@ export const ForkOriginSchema: GenMessage<ForkOrigin> = /*@__PURE__*/
   messageDesc(file_general_agent_v1_session, 5);
 
 /**
- * Context usage after the latest model call (spec section 11).
+ * Context usage after the latest model call.
  *
  * @generated from message general_agent.v1.UsageSnapshot
  */
@@ -311,7 +312,7 @@ export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
   messageDesc(file_general_agent_v1_session, 7);
 
 /**
- * A hosted session (spec section 4, Appendix A).
+ * A hosted session (docs/protocol.md, "Sessions").
  * [#next-free-field: 31]
  *
  * @generated from message general_agent.v1.Session
@@ -595,7 +596,8 @@ export const SessionOverridesSchema: GenMessage<SessionOverrides> = /*@__PURE__*
   messageDesc(file_general_agent_v1_session, 9);
 
 /**
- * The session's mode. It selects the tool policy (spec section 9).
+ * The session's mode. It selects the tool policy (docs/tools.md, "Which tools
+ * a session gets").
  *
  * @generated from enum general_agent.v1.SessionMode
  */

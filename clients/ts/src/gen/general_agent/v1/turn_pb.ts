@@ -458,7 +458,7 @@ export const CancelRunResponseSchema: GenMessage<CancelRunResponse> = /*@__PURE_
 
 /**
  * What the server does when a turn arrives while a run is RUNNING or
- * SUSPENDED (spec Appendix C).
+ * SUSPENDED (docs/protocol.md, "Busy policies").
  *
  * @generated from enum general_agent.v1.BusyPolicy
  */
