@@ -123,10 +123,13 @@ def run_python_program(snippet: Snippet, servers: Servers) -> None:
     program = servers.root / "snippet.py"
     program.write_text(snippet.against(server.address))
 
-    result = run([sys.executable, str(program)], cwd=servers.root, server=server)
+    # Run where a reader runs them: in the repository.
+    result = run([sys.executable, str(program)], cwd=REPO, server=server)
 
     if "stream_turn" in snippet.code:
         assert result.stdout == "ok\n", describe_run(result, server)  # the fake model's reply, then a newline
+    if "GetMcpStatus" in snippet.code:
+        assert result.stdout.startswith("MCP_SERVER_STATE_READY "), describe_run(result, server)
 
 
 def listed_plugins(stub: agent_service_pb2_grpc.AgentServiceStub) -> list[str]:

@@ -163,6 +163,7 @@ async def test_toggle_status_and_masked_reads(served: Stub, fake_model: FakeAnth
     servers = await stub.GetMcpServers(mcp_pb2.GetMcpServersRequest(session_id=sid))
     session = (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session
     assert dict(servers.servers["test"].stdio.env) == {"API_TOKEN": "****"}
+    assert dict(session.mcp_servers["test"].stdio.env) == {"API_TOKEN": "****"}
     assert "env-secret-456" not in str(servers) + str(session)
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import grpc
 
 from general_agent.testing import FakeAnthropic, TextReply
-from general_agent.v1 import mcp_pb2, session_pb2
 from general_agent.v1 import session_messages_pb2 as session_api
+from general_agent.v1 import session_pb2
 from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
 from tests.support.rpc import Stub, create_session, rpc_error, stream_turn
@@ -61,11 +61,6 @@ async def test_invalid_fields_are_named(stub: Stub) -> None:
 
 
 async def test_capabilities_of_later_releases_answer_unimplemented(stub: Stub) -> None:
-    error = await rpc_error(
-        create_session(stub, mcp_servers={"docs": mcp_pb2.McpServerConfig(http=mcp_pb2.McpHttpServer(url="http://x"))})
-    )
-    assert error.code == grpc.StatusCode.UNIMPLEMENTED
-    assert error.metadata == {"capability": "mcp"}
     for fields, capability in (({"memory": session_pb2.MemoryConfig(enabled=True, user_id="u1")}, "memory"),):
         error = await rpc_error(create_session(stub, **fields))
         assert (error.code, error.reason, error.metadata) == (

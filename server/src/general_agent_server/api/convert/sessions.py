@@ -8,7 +8,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from general_agent.v1 import hosted_tool_pb2, session_pb2
+from general_agent.v1 import hosted_tool_pb2, mcp_pb2, session_pb2
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent_server.api.convert.hooks import registration_from_proto
 from general_agent_server.api.convert.values import duration, json_text, seconds, timestamp
@@ -198,6 +198,11 @@ def session_to_proto(view: SessionView) -> session_pb2.Session:
         allowed_tools=list(c.allowed_tools),
         hosted_tools=[hosted_tool_to_proto(t) for t in c.hosted_tools],
         labels=dict(c.labels),
+        # The view's map is masked already (sessions/service.py): no env or header value leaves here.
+        mcp_servers={
+            name: json_format.ParseDict(dict(v), mcp_pb2.McpServerConfig()) for name, v in c.mcp_servers.items()
+        },
+        disabled_mcp_servers=list(c.disabled_mcp_servers),
         parent_session_id=r.parent_session_id,
         state=_STATES_OUT[r.state],
         active_run_id=r.active_run_id,
