@@ -122,12 +122,17 @@ def run_python_program(snippet: Snippet, servers: Servers) -> None:
     server = servers.start()
     program = servers.root / "snippet.py"
     program.write_text(snippet.against(server.address))
+    if "ResolveApproval" in snippet.code:  # the model writes a file; the program approves it
+        write = ToolUseBlock(id="toolu_w", name="write", input={"path": "notes.txt", "content": "notes"})
+        servers.fake.enqueue(Reply(blocks=[write], stop_reason="tool_use"), TextReply("written"))
 
     # Run where a reader runs them: in the repository.
     result = run([sys.executable, str(program)], cwd=REPO, server=server)
 
     if "stream_turn" in snippet.code:
         assert result.stdout == "ok\n", describe_run(result, server)  # the fake model's reply, then a newline
+    if "ResolveApproval" in snippet.code:
+        assert result.stdout == "Approve write?\nwritten\n", describe_run(result, server)
     if "GetMcpStatus" in snippet.code:
         assert result.stdout.startswith("MCP_SERVER_STATE_READY "), describe_run(result, server)
 

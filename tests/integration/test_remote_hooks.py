@@ -4,7 +4,6 @@ closed when the host is down, and keeps registrations across a restart."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -79,14 +78,6 @@ ALLOW_LOOPBACK = {"GENERAL_AGENT_SSRF_ALLOW_HOSTS": "127.0.0.1"}
 @pytest.fixture
 async def server(server_factory: ServerFactory) -> RunningServer:
     return await server_factory(ALLOW_LOOPBACK)
-
-
-@pytest.fixture
-async def hosts() -> AsyncIterator[list[grpc.aio.Server]]:
-    servers: list[grpc.aio.Server] = []
-    yield servers
-    for server in servers:
-        await server.stop(None)
 
 
 def registration(plugin: str, address: str, *names: str, priority: int = 0, timeout: float = 2.0) -> Any:

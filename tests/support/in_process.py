@@ -15,9 +15,10 @@ from general_agent_server.config import load_settings
 from general_agent_server.domain.content import TextPart
 from general_agent_server.domain.context import CallContext
 from general_agent_server.domain.events import RunFinished, SequencedEvent
-from general_agent_server.domain.records import CallResult
+from general_agent_server.domain.records import ApprovalDecision, CallResult
 from general_agent_server.domain.session import HostedToolDefinition, SessionConfig, SessionIdentity, SessionMode
 from general_agent_server.model.scripted import Answer, ScriptedModelClient
+from general_agent_server.runs.approvals import ApprovalAnswer
 from general_agent_server.runs.state import BusyPolicy, TurnOptions
 from general_agent_server.store.memory import InMemorySessionStore
 
@@ -54,6 +55,12 @@ class InProcess:
     async def submit(self, session_id: str, call_id: str, output: str, *, error: bool = False) -> list[SequencedEvent]:
         result = CallResult(content=(TextPart(text=output),), is_error=error)
         return [event async for event in self.agent.runs.submit(CTX, session_id, call_id, result)]
+
+    async def answer(
+        self, session_id: str, call_id: str, decision: ApprovalDecision, *, edited: str = "", message: str = ""
+    ) -> list[SequencedEvent]:
+        answer = ApprovalAnswer(decision=decision, edited_input_json=edited, message=message)
+        return [event async for event in self.agent.runs.resolve_approval(CTX, session_id, call_id, answer)]
 
     def history(self, session_id: str) -> list[dict[str, Any]]:
         session = self.agent.cache.peek(CTX.tenant, session_id)

@@ -120,8 +120,8 @@ def test_validation_names_fields() -> None:
         check_config(SessionConfig(labels={"Bad Key": "v"}), known_profile=True)
     assert error.value.field_violations[0].field == "session.labels"
     with pytest.raises(ServiceError) as error:
-        check_config(SessionConfig(mcp_servers={"x": {}}), known_profile=True)
-    assert error.value.code is ErrorCode.UNIMPLEMENTED
+        check_config(SessionConfig(mcp_servers={"x": {}}, disabled_mcp_servers=("y",)), known_profile=True)
+    assert error.value.field_violations[0].field == "session.disabled_mcp_servers"
 
 
 def test_turn_input_limits() -> None:

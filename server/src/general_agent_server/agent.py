@@ -191,7 +191,7 @@ class Agent:
             self.hook_runner.registry, mode=self.settings.plugin_mode, enabled_ids=self.settings.enabled_plugin_ids
         )
         await self.hooks.load()
-        for call in await self.store.list_pending_hosted_calls():
+        for call in await self.store.list_waiting_calls():
             async with self.cache.use(call.tenant, call.session_id):
                 pass
 

@@ -44,6 +44,7 @@ CAPABILITIES = (
     "usage",
     "tools",
     "hosted_tools",
+    "approvals",
     "steering",
     "run_control",
     "busy_policy",
@@ -269,6 +270,20 @@ class AgentServicer(api_grpc.AgentServiceServicer):
         )
         async for event in events:
             yield turn_api.SubmitHostedToolResultResponse(event=convert.event_to_proto(event))
+
+    @server_stream
+    async def ResolveApproval(
+        self, request: turn_api.ResolveApprovalRequest, context: Context
+    ) -> AsyncIterator[turn_api.ResolveApprovalResponse]:
+        events = self._agent.runs.resolve_approval(
+            call_context(context),
+            request.session_id,
+            request.call_id,
+            convert.answer_from_proto(request),
+            on_disconnect=convert.on_disconnect_from_proto(request.on_disconnect),
+        )
+        async for event in events:
+            yield turn_api.ResolveApprovalResponse(event=convert.event_to_proto(event))
 
     @unary
     async def InjectMessage(

@@ -78,6 +78,7 @@ def validate(settings: ServerSettings) -> None:
         "mcp_connect_timeout",
         "mcp_call_timeout",
         "mcp_idle_timeout",
+        "approval_timeout",
     ):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{name}: must be positive")

@@ -203,6 +203,14 @@ class ServerSettings:
         "",
         "Comma-separated commands tenant-role callers may start as stdio MCP servers (the operator may start any).",
     )
+    approval_policy: str = setting(
+        "",
+        "Comma-separated default approval policy of sessions that set none: tool names, `mutating` (write, edit, "
+        "apply_patch, exec, process, MCP tools not annotated read-only) or `all`; empty: nothing needs approval.",
+    )
+    approval_timeout: float = setting(
+        86_400.0, "Seconds a person has to answer a policy's approval request (capped by hosted_call_timeout_max)."
+    )
     hook_max_payload_bytes: int = setting(
         MIB, "Bytes of message history one remote hook call carries (oldest dropped first, `truncated` set)."
     )
@@ -240,6 +248,7 @@ class ServerSettings:
             input_limits=self.input_limits,
             context_windows=context_windows(self.context_windows),
             mcp_stdio_allow=frozenset(c.strip() for c in self.mcp_stdio_allow.split(",") if c.strip()),
+            approval_policy=tuple(e.strip() for e in self.approval_policy.split(",") if e.strip()),
         )
 
     def tool_limits(self) -> ToolLimits:
@@ -276,6 +285,7 @@ _PARSED = {
     "input_limits",
     "context_windows",
     "mcp_stdio_allow",
+    "approval_policy",
 }
 CORE_COPIED = tuple(
     f.name for f in fields(CoreSettings) if f.name not in _PARSED and f.name in {s.name for s in SETTINGS}

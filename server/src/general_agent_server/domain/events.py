@@ -123,6 +123,29 @@ class HostedToolCall:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ApprovalRequested:
+    call_id: str
+    tool_name: str
+    input_json: str
+    title: str
+    description: str = ""
+    severity: str = "info"
+    deadline: datetime | None = None
+    requested_by: str = "policy"
+    allow_on_timeout: bool = False
+    kind: Literal["approval_requested"] = "approval_requested"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApprovalResolved:
+    call_id: str
+    decision: str
+    input_json: str = ""
+    timed_out: bool = False
+    kind: Literal["approval_resolved"] = "approval_resolved"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class UsageSnapshotEvent:
     snapshot: UsageSnapshot
     kind: Literal["usage_snapshot"] = "usage_snapshot"
@@ -196,6 +219,8 @@ EventBody = (
     | TurnComplete
     | RunFinished
     | SessionResetEvent
+    | ApprovalRequested
+    | ApprovalResolved
 )
 
 # Deltas of one kind may be merged while a consumer lags (docs/protocol.md, "Turns and events").

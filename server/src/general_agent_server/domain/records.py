@@ -61,7 +61,8 @@ class CallKind(enum.Enum):
 
 
 class CallStatus(enum.Enum):
-    PENDING = "PENDING"
+    PENDING = "PENDING"  # a hosted call waiting for its result, or a local call about to run
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"  # waiting for a person's approval before it runs
     RESOLVED = "RESOLVED"
 
 
@@ -76,6 +77,7 @@ class ResolvedBy(enum.Enum):
     SUPERSEDED = "SUPERSEDED"
     RESET = "RESET"
     INTERRUPTED = "INTERRUPTED"
+    APPROVAL = "APPROVAL"  # a person denied it (or its approval timed out as a denial)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,6 +87,35 @@ class CallResult:
     content: tuple[ContentPart, ...]
     details_json: str = ""
     is_error: bool = False
+
+
+class ApprovalDecision(enum.Enum):
+    APPROVE = "APPROVE"
+    APPROVE_ALWAYS = "APPROVE_ALWAYS"
+    DENY = "DENY"
+
+
+class ApprovalSeverity(enum.Enum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Approval:
+    """A call's approval: what the person is asked, and (once answered) what they decided. `payload_hash`
+    recognises an identical retry of the answer; `resolve_sequence` is its approval_resolved event."""
+
+    title: str
+    description: str = ""
+    severity: ApprovalSeverity = ApprovalSeverity.INFO
+    requested_by: str = "policy"
+    allow_on_timeout: bool = False
+    deadline: datetime | None = None
+    decision: ApprovalDecision | None = None
+    timed_out: bool = False
+    payload_hash: str = ""
+    resolve_sequence: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -107,3 +138,4 @@ class ToolCallRecord:
     resolved_by: ResolvedBy | None = None
     payload_hash: str = ""
     resolve_sequence: int = 0
+    approval: Approval | None = None

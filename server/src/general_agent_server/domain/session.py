@@ -139,6 +139,8 @@ class SessionConfig:
     mcp_servers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     disabled_mcp_servers: tuple[str, ...] = ()
     hook_registrations: tuple[Mapping[str, Any], ...] = ()
+    # What needs a person's approval before it runs (tool names, `mutating`, `all`); None: the server's default.
+    approval_policy: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -150,6 +152,7 @@ class SessionOverrides:
     thinking: ThinkingConfig | None = None
     auth_profile_id: str | None = None
     max_tokens: int | None = None
+    approval_policy: tuple[str, ...] | None = None
     api_key: str = ""  # memory only, never persisted
 
     def apply(self, config: SessionConfig) -> SessionConfig:
@@ -164,6 +167,8 @@ class SessionOverrides:
             changes["auth_profile_id"] = self.auth_profile_id
         if self.max_tokens is not None:
             changes["max_tokens"] = self.max_tokens
+        if self.approval_policy is not None:
+            changes["approval_policy"] = self.approval_policy
         return replace(config, **changes) if changes else config
 
 
@@ -192,6 +197,8 @@ class SessionRecord:
     history_message_count: int = 0
     # When the history was last compacted (the cooldown of MaybeCompactByTokens and automatic compaction).
     last_compaction_time: datetime | None = None
+    # Tools a person approved for the rest of the session (APPROVE_ALWAYS); cleared by reset and by a new policy.
+    approved_tools: tuple[str, ...] = ()
     version: int = 0
 
     @property

@@ -90,7 +90,12 @@ def _merge_agent_start(acc: JsonObject, result: JsonObject, handler: HookHandler
 
 
 def _merge_tool_call(acc: JsonObject, result: JsonObject, handler: HookHandler) -> bool:
-    _last(acc, result, "params")
+    # Once a handler asked for approval the input shown to the person is frozen: later rewrites do not apply.
+    if "requireApproval" not in acc:
+        _last(acc, result, "params")
+        requested = result.get("requireApproval")
+        if isinstance(requested, dict) and requested:
+            acc["requireApproval"] = {**requested, "pluginId": handler.plugin_id}
     if result.get("block") is True:
         acc["block"] = True
         acc["blockReason"] = result.get("blockReason") or f"Tool call blocked by plugin hook {handler.plugin_id}"

@@ -34,6 +34,7 @@ from general_agent_server.runs.commands import (
     Output,
     PingCommand,
     RejectedCommand,
+    ResolveApprovalCommand,
     StopCommand,
     TurnCommand,
 )
@@ -185,7 +186,13 @@ class Attachment:
     async def _command(
         self,
         session: LiveSession,
-        command: TurnCommand | HostedResultCommand | InjectCommand | StopCommand | ClearStopCommand | CancelCommand,
+        command: TurnCommand
+        | HostedResultCommand
+        | ResolveApprovalCommand
+        | InjectCommand
+        | StopCommand
+        | ClearStopCommand
+        | CancelCommand,
     ) -> CommandOut:
         control, command_id = self._control, command.command_id
         if isinstance(command, TurnCommand):
@@ -195,8 +202,11 @@ class Attachment:
                 return CommandOut(command_id=command_id, run_id=admission.run.run_id, accepted=True)
             steered = admission.steered_run_id
             return CommandOut(command_id=command_id, run_id=steered, accepted=bool(steered))
-        if isinstance(command, HostedResultCommand):
-            resolution = await control.resolve(session, command.call_id, command.result)
+        if isinstance(command, HostedResultCommand | ResolveApprovalCommand):
+            if isinstance(command, HostedResultCommand):
+                resolution = await control.resolve(session, command.call_id, command.result)
+            else:
+                resolution = await control.answer(session, command.call_id, command.answer)
             if resolution.continued is not None:
                 self._owned[resolution.continued.run_id] = resolution.continued
             run_id = session.run.run_id if session.run is not None else ""

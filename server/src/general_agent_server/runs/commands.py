@@ -9,6 +9,7 @@ from general_agent_server.domain.content import ContentPart
 from general_agent_server.domain.errors import ServiceError
 from general_agent_server.domain.events import SequencedEvent
 from general_agent_server.domain.records import CallResult
+from general_agent_server.runs.approvals import ApprovalAnswer
 from general_agent_server.runs.state import OnDisconnect, TurnOptions
 from general_agent_server.sessions.idempotency import Idempotency
 
@@ -33,6 +34,13 @@ class HostedResultCommand:
     command_id: str
     call_id: str
     result: CallResult
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ResolveApprovalCommand:
+    command_id: str
+    call_id: str
+    answer: ApprovalAnswer
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -73,6 +81,7 @@ class RejectedCommand:
 Command = (
     TurnCommand
     | HostedResultCommand
+    | ResolveApprovalCommand
     | InjectCommand
     | StopCommand
     | ClearStopCommand

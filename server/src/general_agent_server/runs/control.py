@@ -6,13 +6,14 @@ command lock (sessions/live.py)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from general_agent_server.domain.content import ContentPart
 from general_agent_server.domain.context import CallContext
 from general_agent_server.domain.events import MessageInjected, RunFinished, RunReason, SequencedEvent
 from general_agent_server.domain.records import CallResult
 from general_agent_server.domain.validation import check_sequence, check_session_id, check_token, check_turn_input
+from general_agent_server.runs.approvals import ApprovalAnswer
 from general_agent_server.runs.state import ActiveRun, Admission, OnDisconnect, Resolution, TurnOptions, TurnRequest
 from general_agent_server.runs.streams import EventStreams
 from general_agent_server.sessions.cache import SessionCache
@@ -67,6 +68,10 @@ class RunControl:
     async def resolve(self, session: LiveSession, call_id: str, result: CallResult) -> Resolution:
         check_token("call_id", call_id, required=True)
         return await session.submit(call_id, result)
+
+    async def answer(self, session: LiveSession, call_id: str, answer: ApprovalAnswer) -> Resolution:
+        check_token("call_id", call_id, required=True)
+        return await session.resolve_approval(call_id, answer)
 
     async def inject_into(
         self,
@@ -134,7 +139,7 @@ class RunControl:
             if run is not None and not delivered_end and options.on_disconnect is OnDisconnect.CANCEL:
                 session.cancel_run(RunReason.CANCELLED, run.run_id)
 
-    # ------------------------------------------------------------------ SubmitHostedToolResult
+    # ------------------------------------------------------------------ SubmitHostedToolResult, ResolveApproval
     async def submit(
         self,
         ctx: CallContext,
@@ -148,13 +153,39 @@ class RunControl:
         run_finished. An identical retry replays that submit's events from the log."""
         check_session_id(session_id)
         check_token("call_id", call_id, required=True)
+        async for event in self._resolution(ctx, session_id, lambda s: self.resolve(s, call_id, result), on_disconnect):
+            yield event
+
+    async def resolve_approval(
+        self,
+        ctx: CallContext,
+        session_id: str,
+        call_id: str,
+        answer: ApprovalAnswer,
+        *,
+        on_disconnect: OnDisconnect = OnDisconnect.CANCEL,
+    ) -> AsyncIterator[SequencedEvent]:
+        """Answers one call's approval; yields approval_resolved and what follows up to the next run_finished. An
+        identical retry replays that answer's events from the log."""
+        check_session_id(session_id)
+        check_token("call_id", call_id, required=True)
+        async for event in self._resolution(ctx, session_id, lambda s: self.answer(s, call_id, answer), on_disconnect):
+            yield event
+
+    async def _resolution(
+        self,
+        ctx: CallContext,
+        session_id: str,
+        resolve: Callable[[LiveSession], Awaitable[Resolution]],
+        on_disconnect: OnDisconnect,
+    ) -> AsyncIterator[SequencedEvent]:
         self._gate.check()
         async with self._cache.use(ctx.tenant, session_id) as session:
             subscriber = session.subscribe()
             continued: ActiveRun | None = None
             delivered_end = False
             try:
-                resolution = await self.resolve(session, call_id, result)
+                resolution = await resolve(session)
                 continued = resolution.continued
                 if resolution.replay:
                     session.unsubscribe(subscriber)

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable
 
 from general_agent_server.domain.clock import utcnow
-from general_agent_server.domain.records import ToolCallRecord
+from general_agent_server.domain.records import CallStatus, ToolCallRecord
 
 
 class Deadlines:
@@ -20,9 +20,12 @@ class Deadlines:
     def arm(self, records: list[ToolCallRecord]) -> None:
         loop = asyncio.get_running_loop()
         for record in records:
-            if record.deadline is None or record.call_id in self._handles:
+            deadline = record.deadline
+            if record.status is CallStatus.AWAITING_APPROVAL and record.approval is not None:
+                deadline = record.approval.deadline
+            if deadline is None or record.call_id in self._handles:
                 continue
-            delay = max(0.0, (record.deadline - utcnow()).total_seconds())
+            delay = max(0.0, (deadline - utcnow()).total_seconds())
             self._handles[record.call_id] = loop.call_later(delay, self._fire, record.call_id)
 
     def disarm(self, call_id: str | None = None) -> None:

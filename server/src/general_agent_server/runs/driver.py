@@ -72,7 +72,7 @@ class RunDriver:
         session_log.bind_run(host.tenant, host.session_id, run.run_id)
         try:
             if self._resume_round:
-                await self._rounds.complete()
+                await self._rounds.resume(host.toolset())
             await self._loop()
         except asyncio.CancelledError:
             if run.admission_failed:

@@ -18,7 +18,7 @@ from general_agent_server.domain.content import ContentPart, TextPart
 from general_agent_server.domain.errors import ErrorDetail
 from general_agent_server.domain.events import RunOutcome, RunReason, RunTrigger, SequencedEvent, StopReason
 from general_agent_server.domain.history import HistoryMessage
-from general_agent_server.domain.records import CallResult, CallStatus, ResolvedBy, RunRecord, ToolCallRecord
+from general_agent_server.domain.records import CallKind, CallResult, CallStatus, ResolvedBy, RunRecord, ToolCallRecord
 from general_agent_server.domain.session import Usage
 from general_agent_server.domain.transcript import TranscriptEntry
 from general_agent_server.model.port import Credential
@@ -98,7 +98,17 @@ class ActiveRun:
     model_hooks: ModelHookAnswers | None = None
 
     def pending(self) -> list[ToolCallRecord]:
-        return [r for r in self.round if r.status is CallStatus.PENDING]
+        """The round's calls without a result: to run, waiting for a host, or waiting for approval."""
+        return [r for r in self.round if r.status is not CallStatus.RESOLVED]
+
+    def waiting(self) -> list[ToolCallRecord]:
+        """What a suspended run waits on: hosted calls without a result and calls waiting for approval."""
+        return [
+            r
+            for r in self.round
+            if r.status is CallStatus.AWAITING_APPROVAL
+            or (r.status is CallStatus.PENDING and r.kind is CallKind.HOSTED)
+        ]
 
     def replace_call(self, resolved: ToolCallRecord) -> None:
         self.round = [resolved if r.call_id == resolved.call_id else r for r in self.round]

@@ -29,15 +29,24 @@ from general_agent_server.domain.events import (
     ToolCall,
     TurnComplete,
 )
-from general_agent_server.domain.records import CallKind, CallResult, ResolvedBy, RunStatus, ToolCallRecord
+from general_agent_server.domain.records import (
+    Approval,
+    CallKind,
+    CallResult,
+    CallStatus,
+    ResolvedBy,
+    RunStatus,
+    ToolCallRecord,
+)
 from general_agent_server.domain.session import SessionState
 from general_agent_server.domain.transcript import ToolCallEntry, TranscriptEntry
+from general_agent_server.runs.approvals import approval_for, requested_event
 from general_agent_server.runs.host import RunHost
 from general_agent_server.runs.limits import RunLimits, limit_reached
 from general_agent_server.runs.results import resolved, result_entry, result_event, results_message
 from general_agent_server.runs.run_hooks import ask_hook
 from general_agent_server.runs.state import ActiveRun, CallModel, DriverState, NextStep, RunToolRound, Suspend
-from general_agent_server.tools.runtime import ToolKind, ToolSet
+from general_agent_server.tools.runtime import ToolKind, ToolSet, ToolSpec
 
 _Planned = tuple[ToolCallRecord, list[SequencedEvent], list[TranscriptEntry]]
 
@@ -79,11 +88,16 @@ class ToolRound:
             await self.complete()
             return limit_reached(RunReason.MAX_TOOL_CALLS, "max_tool_calls_per_run", max_tools, StopReason.TOOL_USE)
         await self._run_local(tools)
-        hosted = [r for r in run.pending() if r.kind is CallKind.HOSTED]
-        if hosted:
-            return Suspend(hosted=tuple(hosted))
+        waiting = run.waiting()
+        if waiting:
+            return Suspend(hosted=tuple(waiting))
         await self.complete(overlap=True)
         return CallModel()
+
+    async def resume(self, tools: ToolSet) -> None:
+        """A continuation: the calls approved while the run was suspended run now, then the round completes."""
+        await self._run_local(tools)
+        await self.complete()
 
     async def _plan(self, position: int, block: dict[str, Any], tools: ToolSet, over_limit: bool) -> _Planned:
         """One call of the round: its final input, its tool_call event, and a tool_error when it cannot run."""
@@ -93,6 +107,7 @@ class ToolRound:
         arguments = block.get("input")
         spec = tools.lookup(name)
         error: str | None
+        requested: dict[str, Any] | None = None
         if over_limit:
             error = f"not executed: the run reached max_tool_calls_per_run ({self._limits.tool_calls})"
         elif spec is None:
@@ -100,7 +115,7 @@ class ToolRound:
         else:
             error = tools.validation_error(name, arguments)
             if error is None and isinstance(arguments, dict):
-                arguments, error = await self._before_tool_call(name, call_id, arguments, tools)
+                arguments, error, requested = await self._before_tool_call(name, call_id, arguments, tools)
         # tool_call carries the final input (after before_tool_call rewrites).
         input_json = json.dumps(arguments if arguments is not None else {}, separators=(",", ":"))
         call = ledger.stamp(run.run_id, ToolCall(call_id=call_id, tool_name=name, input_json=input_json))
@@ -128,15 +143,48 @@ class ToolRound:
                 await hooks.filter_transcript([ledger.entry(run.run_id, result_entry(record, result), failed.sequence)])
             )
             return resolved(record, result, ResolvedBy.EXECUTED, failed.sequence), [call, failed], transcript
-        if hosted and spec is not None:
+        assert spec is not None  # an unknown tool is an error above
+        approval = self._approval(spec, requested)
+        if isinstance(approval, str):  # needs approval, but nobody can be asked
+            return await self._refused(record, approval, call, transcript)
+        if approval is not None:
+            return replace(record, status=CallStatus.AWAITING_APPROVAL, approval=approval), [call], transcript
+        if hosted:
             record = replace(record, deadline=utcnow() + host.hosted_deadline(spec))
         return record, [call], transcript
 
+    def _approval(self, spec: ToolSpec, requested: dict[str, Any] | None) -> Approval | str | None:
+        host = self._host
+        settings = host.settings
+        approval = approval_for(
+            host.ledger.record,
+            spec,
+            requested,
+            default_policy=settings.approval_policy,
+            default_timeout=settings.approval_timeout,
+            max_timeout=settings.hosted_call_timeout_max,
+            now=utcnow(),
+        )
+        if approval is not None and host.ledger.record.parent_session_id:
+            return f"Tool {spec.name} needs a person's approval, which a subagent cannot ask for"
+        return approval
+
+    async def _refused(
+        self, record: ToolCallRecord, error: str, call: SequencedEvent, transcript: list[TranscriptEntry]
+    ) -> _Planned:
+        ledger, hooks, run = self._host.ledger, self._host.hooks, self._run
+        result = CallResult(content=(TextPart(text=error),), is_error=True)
+        hooks.after_tool_call(run.run_id, record.tool_name, record.call_id, record.input_json, result)
+        failed = ledger.stamp(run.run_id, result_event(record, result))
+        entry = ledger.entry(run.run_id, result_entry(record, result), failed.sequence)
+        transcript.extend(await hooks.filter_transcript([entry]))
+        return resolved(record, result, ResolvedBy.EXECUTED, failed.sequence), [call, failed], transcript
+
     async def _before_tool_call(
         self, name: str, call_id: str, arguments: dict[str, Any], tools: ToolSet
-    ) -> tuple[dict[str, Any], str | None]:
+    ) -> tuple[dict[str, Any], str | None, dict[str, Any] | None]:
         """A block becomes the call's error; rewritten params are shallow-merged over the original arguments
-        and validated again."""
+        and validated again; a requireApproval comes back as the third value."""
         run = self._run
         result = await ask_hook(
             self._host.hooks,
@@ -149,18 +197,20 @@ class ToolRound:
             toolCallId=call_id,
         )
         if not result:
-            return arguments, None
+            return arguments, None, None
         if result.get("block") is True:
-            return arguments, str(result.get("blockReason") or "Tool call blocked by plugin hook")
+            return arguments, str(result.get("blockReason") or "Tool call blocked by plugin hook"), None
+        requested = result.get("requireApproval")
+        requested = requested if isinstance(requested, dict) else None
         params = result.get("params")
         if isinstance(params, dict):
             arguments = {**arguments, **params}
-            return arguments, tools.validation_error(name, arguments)
-        return arguments, None
+            return arguments, tools.validation_error(name, arguments), requested
+        return arguments, None, requested
 
     async def _run_local(self, tools: ToolSet) -> None:
         host, run, state = self._host, self._run, self._state
-        local = [r for r in run.pending() if r.kind is CallKind.LOCAL]
+        local = [r for r in run.round if r.status is CallStatus.PENDING and r.kind is CallKind.LOCAL]
         if not local:
             return
         host.workspace.mkdir(parents=True, exist_ok=True)
@@ -172,7 +222,7 @@ class ToolRound:
                 name=f"tool-{record.tool_name}-{record.call_id}",
             )
         started = time.monotonic()
-        hosted_pending = any(r.kind is CallKind.HOSTED for r in run.pending())
+        waiting = bool(run.waiting())
         for index, record in enumerate(local):
             outcome = await state.tasks[record.call_id]
             del state.tasks[record.call_id]
@@ -182,7 +232,7 @@ class ToolRound:
                 run.run_id, record.tool_name, record.call_id, record.input_json, result, elapsed_ms
             )
             # The round's last result rides with the round's results message (one commit fewer per round).
-            await self._resolve_local(record, result, carry=index == len(local) - 1 and not hosted_pending)
+            await self._resolve_local(record, result, carry=index == len(local) - 1 and not waiting)
 
     async def _resolve_local(self, record: ToolCallRecord, result: CallResult, *, carry: bool) -> None:
         ledger, run = self._host.ledger, self._run
@@ -196,13 +246,17 @@ class ToolRound:
         await ledger.commit(events=[event], transcript=[entry], tool_calls=[done])
 
     async def suspend(self, hosted: tuple[ToolCallRecord, ...]) -> None:
-        """Commits SUSPENDED, then exposes every hosted call at once."""
+        """Commits SUSPENDED, then exposes every hosted call and every approval request at once, in call order."""
         host, run, state = self._host, self._run, self._state
         ledger = host.ledger
         events = [
             ledger.stamp(
                 run.run_id,
-                HostedToolCall(call_id=r.call_id, tool_name=r.tool_name, input_json=r.input_json, deadline=r.deadline),
+                requested_event(r)
+                if r.status is CallStatus.AWAITING_APPROVAL
+                else HostedToolCall(
+                    call_id=r.call_id, tool_name=r.tool_name, input_json=r.input_json, deadline=r.deadline
+                ),
             )
             for r in hosted
         ]

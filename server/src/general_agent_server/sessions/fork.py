@@ -103,6 +103,7 @@ class Forks:
             # The source's context usage describes its latest state: only a fork of that state inherits it.
             usage_snapshot=src.usage_snapshot if at_sequence is None and cut.history else None,
             history_message_count=len(cut.history),
+            approved_tools=src.approved_tools if overrides.approval_policy is None else (),
         )
         registrations = await deps.hooks.copied_to(ctx.tenant, source_session_id, session_id)
         batch = WriteBatch(

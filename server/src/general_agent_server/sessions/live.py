@@ -35,7 +35,14 @@ from general_agent_server.domain.events import (
     SessionResetEvent,
 )
 from general_agent_server.domain.history import HistoryMessage
-from general_agent_server.domain.records import CallResult, ResolvedBy, RunStatus
+from general_agent_server.domain.records import (
+    ApprovalDecision,
+    CallKind,
+    CallResult,
+    CallStatus,
+    ResolvedBy,
+    RunStatus,
+)
 from general_agent_server.domain.session import HostedToolDefinition, SessionMode, SessionRecord, SessionState
 from general_agent_server.domain.transcript import MessageEntry, SessionResetEntry
 from general_agent_server.exports.event_log import EventLog
@@ -47,10 +54,11 @@ from general_agent_server.mcp_servers.servers import McpServers, SessionServers
 from general_agent_server.model.credentials import CredentialResolver, SessionKeys
 from general_agent_server.model.port import Credential, ModelClient
 from general_agent_server.runs.admission import prepare_admission
+from general_agent_server.runs.approvals import ApprovalAnswer, timeout_answer
 from general_agent_server.runs.compaction import CompactionOutcome, Compactor, outcome_from_json, outcome_to_json
 from general_agent_server.runs.deadlines import Deadlines
 from general_agent_server.runs.driver import RunDriver
-from general_agent_server.runs.hosted import resolve_hosted
+from general_agent_server.runs.hosted import resolve_approval, resolve_hosted
 from general_agent_server.runs.state import ActiveRun, Admission, BusyPolicy, Resolution, TurnRequest, payload_hash
 from general_agent_server.runs.turn_queue import TurnQueue
 from general_agent_server.sessions.idempotency import KeyedRequest
@@ -384,22 +392,39 @@ class LiveSession:
         async with self._lock:
             await self.wait_until_exposed(call_id)
             run = self.run
-            last = run is not None and [r.call_id for r in run.pending()] == [call_id]
+            last = run is not None and [r.call_id for r in run.waiting()] == [call_id]
             credential = self.require_credential() if last else None
             return await resolve_hosted(
                 self, run, call_id, result, ResolvedBy.SUBMIT, payload=payload_hash(result), credential=credential
             )
 
+    async def resolve_approval(self, call_id: str, answer: ApprovalAnswer) -> Resolution:
+        """A person's answer to a call waiting for approval. The credential is resolved before the answer that
+        lets the run continue is committed, so a missing one leaves the call waiting."""
+        await self.wait_until_exposed(call_id)
+        async with self._lock:
+            await self.wait_until_exposed(call_id)
+            run = self.run
+            call = next((r for r in run.round if r.call_id == call_id), None) if run is not None else None
+            stays = answer.decision is not ApprovalDecision.DENY and call is not None and call.kind is CallKind.HOSTED
+            last = run is not None and [r.call_id for r in run.waiting()] == [call_id] and not stays
+            credential = self.require_credential() if last else None
+            return await resolve_approval(self, run, call_id, answer, credential=credential)
+
     async def _expire(self, call_id: str) -> None:
         async with self._lock:
             run = self.run
-            if run is None or not any(r.call_id == call_id for r in run.pending()):
+            call = next((r for r in run.pending() if r.call_id == call_id), None) if run is not None else None
+            if call is None:
                 return
-            result = CallResult(content=(TextPart(text="hosted tool timed out"),), is_error=True)
             try:
+                if call.status is CallStatus.AWAITING_APPROVAL:
+                    await resolve_approval(self, run, call_id, timeout_answer(call), credential=None)
+                    return
+                result = CallResult(content=(TextPart(text="hosted tool timed out"),), is_error=True)
                 await resolve_hosted(self, run, call_id, result, ResolvedBy.TIMEOUT, payload="", credential=None)
             except ServiceError:
-                logger.exception("could not time out hosted call %s", call_id, extra={"category": "tool_result"})
+                logger.exception("could not time out tool call %s", call_id, extra={"category": "tool_result"})
 
     def restore_suspension(self, run: ActiveRun) -> None:
         """A suspended run read back from the store (after a restart or an eviction): its deadlines re-arm,
@@ -514,6 +539,7 @@ class LiveSession:
                 pending_injections=(),
                 usage_snapshot=None,
                 last_compaction_time=None,
+                approved_tools=(),
                 stop_requested=False,
                 state=SessionState.IDLE,
                 active_run_id="",

@@ -280,6 +280,8 @@ class SessionService:
             changed: dict[str, object] = {}
             if config != record.config:
                 changed["config"] = config
+            if overrides.approval_policy is not None and record.approved_tools:
+                changed["approved_tools"] = ()  # a new policy starts over: nothing approved for the session
             if identity is not None and identity != record.identity:
                 if identity.mode != record.identity.mode and record.state is not SessionState.IDLE:
                     raise ServiceError(

@@ -181,12 +181,13 @@ class InMemorySessionStore:
     async def get_tool_call(self, tenant: str, session_id: str, call_id: str) -> ToolCallRecord | None:
         return await self._read(self._tables().tool_calls.get((tenant, session_id), {}).get(call_id))
 
-    async def list_pending_hosted_calls(self) -> list[ToolCallRecord]:
+    async def list_waiting_calls(self) -> list[ToolCallRecord]:
         found = [
             c
             for calls in self._tables().tool_calls.values()
             for c in calls.values()
-            if c.status is CallStatus.PENDING and c.kind is CallKind.HOSTED
+            if (c.status is CallStatus.PENDING and c.kind is CallKind.HOSTED)
+            or c.status is CallStatus.AWAITING_APPROVAL
         ]
         found.sort(key=lambda c: (c.tenant, c.session_id, c.round_index, c.position))
         return await self._read(found)

@@ -224,8 +224,9 @@ class RunStore(Protocol):
 
     async def get_tool_call(self, tenant: str, session_id: str, call_id: str) -> ToolCallRecord | None: ...
 
-    async def list_pending_hosted_calls(self) -> list[ToolCallRecord]:
-        """Pending hosted calls of all tenants (deadlines are re-armed at start-up), ordered by tenant,
+    async def list_waiting_calls(self) -> list[ToolCallRecord]:
+        """Calls waiting for a host or a person, of all tenants: pending hosted calls and calls awaiting
+        approval (their sessions are loaded and their deadlines re-armed at start-up), ordered by tenant,
         session, round and position."""
         ...
 

@@ -24,7 +24,7 @@ var File_general_agent_v1_agent_service_proto protoreflect.FileDescriptor
 
 const file_general_agent_v1_agent_service_proto_rawDesc = "" +
 	"\n" +
-	"$general_agent/v1/agent_service.proto\x12\x10general_agent.v1\x1a!general_agent/v1/checkpoint.proto\x1a(general_agent/v1/hook_registration.proto\x1a\x1ageneral_agent/v1/mcp.proto\x1a\"general_agent/v1/run_session.proto\x1a\"general_agent/v1/server_info.proto\x1a'general_agent/v1/session_messages.proto\x1a\x1bgeneral_agent/v1/turn.proto2\x91\x18\n" +
+	"$general_agent/v1/agent_service.proto\x12\x10general_agent.v1\x1a!general_agent/v1/checkpoint.proto\x1a(general_agent/v1/hook_registration.proto\x1a\x1ageneral_agent/v1/mcp.proto\x1a\"general_agent/v1/run_session.proto\x1a\"general_agent/v1/server_info.proto\x1a'general_agent/v1/session_messages.proto\x1a\x1bgeneral_agent/v1/turn.proto2\xfb\x18\n" +
 	"\fAgentService\x12`\n" +
 	"\rCreateSession\x12&.general_agent.v1.CreateSessionRequest\x1a'.general_agent.v1.CreateSessionResponse\x12W\n" +
 	"\n" +
@@ -38,7 +38,8 @@ const file_general_agent_v1_agent_service_proto_rawDesc = "" +
 	"\x11GetSessionHistory\x12*.general_agent.v1.GetSessionHistoryRequest\x1a+.general_agent.v1.GetSessionHistoryResponse\x12Y\n" +
 	"\n" +
 	"StreamTurn\x12#.general_agent.v1.StreamTurnRequest\x1a$.general_agent.v1.StreamTurnResponse0\x01\x12}\n" +
-	"\x16SubmitHostedToolResult\x12/.general_agent.v1.SubmitHostedToolResultRequest\x1a0.general_agent.v1.SubmitHostedToolResultResponse0\x01\x12[\n" +
+	"\x16SubmitHostedToolResult\x12/.general_agent.v1.SubmitHostedToolResultRequest\x1a0.general_agent.v1.SubmitHostedToolResultResponse0\x01\x12h\n" +
+	"\x0fResolveApproval\x12(.general_agent.v1.ResolveApprovalRequest\x1a).general_agent.v1.ResolveApprovalResponse0\x01\x12[\n" +
 	"\n" +
 	"RunSession\x12#.general_agent.v1.RunSessionRequest\x1a$.general_agent.v1.RunSessionResponse(\x010\x01\x12_\n" +
 	"\fWatchSession\x12%.general_agent.v1.WatchSessionRequest\x1a&.general_agent.v1.WatchSessionResponse0\x01\x12`\n" +
@@ -74,57 +75,59 @@ var file_general_agent_v1_agent_service_proto_goTypes = []any{
 	(*GetSessionHistoryRequest)(nil),       // 8: general_agent.v1.GetSessionHistoryRequest
 	(*StreamTurnRequest)(nil),              // 9: general_agent.v1.StreamTurnRequest
 	(*SubmitHostedToolResultRequest)(nil),  // 10: general_agent.v1.SubmitHostedToolResultRequest
-	(*RunSessionRequest)(nil),              // 11: general_agent.v1.RunSessionRequest
-	(*WatchSessionRequest)(nil),            // 12: general_agent.v1.WatchSessionRequest
-	(*InjectMessageRequest)(nil),           // 13: general_agent.v1.InjectMessageRequest
-	(*RequestStopRequest)(nil),             // 14: general_agent.v1.RequestStopRequest
-	(*ClearStopRequest)(nil),               // 15: general_agent.v1.ClearStopRequest
-	(*CancelRunRequest)(nil),               // 16: general_agent.v1.CancelRunRequest
-	(*RequestCompactionRequest)(nil),       // 17: general_agent.v1.RequestCompactionRequest
-	(*MaybeCompactByTokensRequest)(nil),    // 18: general_agent.v1.MaybeCompactByTokensRequest
-	(*GetUsageRequest)(nil),                // 19: general_agent.v1.GetUsageRequest
-	(*ListCheckpointsRequest)(nil),         // 20: general_agent.v1.ListCheckpointsRequest
-	(*RestoreCheckpointRequest)(nil),       // 21: general_agent.v1.RestoreCheckpointRequest
-	(*SetMcpServersRequest)(nil),           // 22: general_agent.v1.SetMcpServersRequest
-	(*GetMcpServersRequest)(nil),           // 23: general_agent.v1.GetMcpServersRequest
-	(*ToggleMcpServerRequest)(nil),         // 24: general_agent.v1.ToggleMcpServerRequest
-	(*GetMcpStatusRequest)(nil),            // 25: general_agent.v1.GetMcpStatusRequest
-	(*RegisterHooksRequest)(nil),           // 26: general_agent.v1.RegisterHooksRequest
-	(*UnregisterHooksRequest)(nil),         // 27: general_agent.v1.UnregisterHooksRequest
-	(*ListHookRegistrationsRequest)(nil),   // 28: general_agent.v1.ListHookRegistrationsRequest
-	(*EmitHookRequest)(nil),                // 29: general_agent.v1.EmitHookRequest
-	(*GetServerInfoRequest)(nil),           // 30: general_agent.v1.GetServerInfoRequest
-	(*CreateSessionResponse)(nil),          // 31: general_agent.v1.CreateSessionResponse
-	(*GetSessionResponse)(nil),             // 32: general_agent.v1.GetSessionResponse
-	(*ListSessionsResponse)(nil),           // 33: general_agent.v1.ListSessionsResponse
-	(*DeleteSessionResponse)(nil),          // 34: general_agent.v1.DeleteSessionResponse
-	(*ResumeSessionResponse)(nil),          // 35: general_agent.v1.ResumeSessionResponse
-	(*ContinueSessionResponse)(nil),        // 36: general_agent.v1.ContinueSessionResponse
-	(*ForkSessionResponse)(nil),            // 37: general_agent.v1.ForkSessionResponse
-	(*ResetSessionResponse)(nil),           // 38: general_agent.v1.ResetSessionResponse
-	(*GetSessionHistoryResponse)(nil),      // 39: general_agent.v1.GetSessionHistoryResponse
-	(*StreamTurnResponse)(nil),             // 40: general_agent.v1.StreamTurnResponse
-	(*SubmitHostedToolResultResponse)(nil), // 41: general_agent.v1.SubmitHostedToolResultResponse
-	(*RunSessionResponse)(nil),             // 42: general_agent.v1.RunSessionResponse
-	(*WatchSessionResponse)(nil),           // 43: general_agent.v1.WatchSessionResponse
-	(*InjectMessageResponse)(nil),          // 44: general_agent.v1.InjectMessageResponse
-	(*RequestStopResponse)(nil),            // 45: general_agent.v1.RequestStopResponse
-	(*ClearStopResponse)(nil),              // 46: general_agent.v1.ClearStopResponse
-	(*CancelRunResponse)(nil),              // 47: general_agent.v1.CancelRunResponse
-	(*RequestCompactionResponse)(nil),      // 48: general_agent.v1.RequestCompactionResponse
-	(*MaybeCompactByTokensResponse)(nil),   // 49: general_agent.v1.MaybeCompactByTokensResponse
-	(*GetUsageResponse)(nil),               // 50: general_agent.v1.GetUsageResponse
-	(*ListCheckpointsResponse)(nil),        // 51: general_agent.v1.ListCheckpointsResponse
-	(*RestoreCheckpointResponse)(nil),      // 52: general_agent.v1.RestoreCheckpointResponse
-	(*SetMcpServersResponse)(nil),          // 53: general_agent.v1.SetMcpServersResponse
-	(*GetMcpServersResponse)(nil),          // 54: general_agent.v1.GetMcpServersResponse
-	(*ToggleMcpServerResponse)(nil),        // 55: general_agent.v1.ToggleMcpServerResponse
-	(*GetMcpStatusResponse)(nil),           // 56: general_agent.v1.GetMcpStatusResponse
-	(*RegisterHooksResponse)(nil),          // 57: general_agent.v1.RegisterHooksResponse
-	(*UnregisterHooksResponse)(nil),        // 58: general_agent.v1.UnregisterHooksResponse
-	(*ListHookRegistrationsResponse)(nil),  // 59: general_agent.v1.ListHookRegistrationsResponse
-	(*EmitHookResponse)(nil),               // 60: general_agent.v1.EmitHookResponse
-	(*GetServerInfoResponse)(nil),          // 61: general_agent.v1.GetServerInfoResponse
+	(*ResolveApprovalRequest)(nil),         // 11: general_agent.v1.ResolveApprovalRequest
+	(*RunSessionRequest)(nil),              // 12: general_agent.v1.RunSessionRequest
+	(*WatchSessionRequest)(nil),            // 13: general_agent.v1.WatchSessionRequest
+	(*InjectMessageRequest)(nil),           // 14: general_agent.v1.InjectMessageRequest
+	(*RequestStopRequest)(nil),             // 15: general_agent.v1.RequestStopRequest
+	(*ClearStopRequest)(nil),               // 16: general_agent.v1.ClearStopRequest
+	(*CancelRunRequest)(nil),               // 17: general_agent.v1.CancelRunRequest
+	(*RequestCompactionRequest)(nil),       // 18: general_agent.v1.RequestCompactionRequest
+	(*MaybeCompactByTokensRequest)(nil),    // 19: general_agent.v1.MaybeCompactByTokensRequest
+	(*GetUsageRequest)(nil),                // 20: general_agent.v1.GetUsageRequest
+	(*ListCheckpointsRequest)(nil),         // 21: general_agent.v1.ListCheckpointsRequest
+	(*RestoreCheckpointRequest)(nil),       // 22: general_agent.v1.RestoreCheckpointRequest
+	(*SetMcpServersRequest)(nil),           // 23: general_agent.v1.SetMcpServersRequest
+	(*GetMcpServersRequest)(nil),           // 24: general_agent.v1.GetMcpServersRequest
+	(*ToggleMcpServerRequest)(nil),         // 25: general_agent.v1.ToggleMcpServerRequest
+	(*GetMcpStatusRequest)(nil),            // 26: general_agent.v1.GetMcpStatusRequest
+	(*RegisterHooksRequest)(nil),           // 27: general_agent.v1.RegisterHooksRequest
+	(*UnregisterHooksRequest)(nil),         // 28: general_agent.v1.UnregisterHooksRequest
+	(*ListHookRegistrationsRequest)(nil),   // 29: general_agent.v1.ListHookRegistrationsRequest
+	(*EmitHookRequest)(nil),                // 30: general_agent.v1.EmitHookRequest
+	(*GetServerInfoRequest)(nil),           // 31: general_agent.v1.GetServerInfoRequest
+	(*CreateSessionResponse)(nil),          // 32: general_agent.v1.CreateSessionResponse
+	(*GetSessionResponse)(nil),             // 33: general_agent.v1.GetSessionResponse
+	(*ListSessionsResponse)(nil),           // 34: general_agent.v1.ListSessionsResponse
+	(*DeleteSessionResponse)(nil),          // 35: general_agent.v1.DeleteSessionResponse
+	(*ResumeSessionResponse)(nil),          // 36: general_agent.v1.ResumeSessionResponse
+	(*ContinueSessionResponse)(nil),        // 37: general_agent.v1.ContinueSessionResponse
+	(*ForkSessionResponse)(nil),            // 38: general_agent.v1.ForkSessionResponse
+	(*ResetSessionResponse)(nil),           // 39: general_agent.v1.ResetSessionResponse
+	(*GetSessionHistoryResponse)(nil),      // 40: general_agent.v1.GetSessionHistoryResponse
+	(*StreamTurnResponse)(nil),             // 41: general_agent.v1.StreamTurnResponse
+	(*SubmitHostedToolResultResponse)(nil), // 42: general_agent.v1.SubmitHostedToolResultResponse
+	(*ResolveApprovalResponse)(nil),        // 43: general_agent.v1.ResolveApprovalResponse
+	(*RunSessionResponse)(nil),             // 44: general_agent.v1.RunSessionResponse
+	(*WatchSessionResponse)(nil),           // 45: general_agent.v1.WatchSessionResponse
+	(*InjectMessageResponse)(nil),          // 46: general_agent.v1.InjectMessageResponse
+	(*RequestStopResponse)(nil),            // 47: general_agent.v1.RequestStopResponse
+	(*ClearStopResponse)(nil),              // 48: general_agent.v1.ClearStopResponse
+	(*CancelRunResponse)(nil),              // 49: general_agent.v1.CancelRunResponse
+	(*RequestCompactionResponse)(nil),      // 50: general_agent.v1.RequestCompactionResponse
+	(*MaybeCompactByTokensResponse)(nil),   // 51: general_agent.v1.MaybeCompactByTokensResponse
+	(*GetUsageResponse)(nil),               // 52: general_agent.v1.GetUsageResponse
+	(*ListCheckpointsResponse)(nil),        // 53: general_agent.v1.ListCheckpointsResponse
+	(*RestoreCheckpointResponse)(nil),      // 54: general_agent.v1.RestoreCheckpointResponse
+	(*SetMcpServersResponse)(nil),          // 55: general_agent.v1.SetMcpServersResponse
+	(*GetMcpServersResponse)(nil),          // 56: general_agent.v1.GetMcpServersResponse
+	(*ToggleMcpServerResponse)(nil),        // 57: general_agent.v1.ToggleMcpServerResponse
+	(*GetMcpStatusResponse)(nil),           // 58: general_agent.v1.GetMcpStatusResponse
+	(*RegisterHooksResponse)(nil),          // 59: general_agent.v1.RegisterHooksResponse
+	(*UnregisterHooksResponse)(nil),        // 60: general_agent.v1.UnregisterHooksResponse
+	(*ListHookRegistrationsResponse)(nil),  // 61: general_agent.v1.ListHookRegistrationsResponse
+	(*EmitHookResponse)(nil),               // 62: general_agent.v1.EmitHookResponse
+	(*GetServerInfoResponse)(nil),          // 63: general_agent.v1.GetServerInfoResponse
 }
 var file_general_agent_v1_agent_service_proto_depIdxs = []int32{
 	0,  // 0: general_agent.v1.AgentService.CreateSession:input_type -> general_agent.v1.CreateSessionRequest
@@ -138,59 +141,61 @@ var file_general_agent_v1_agent_service_proto_depIdxs = []int32{
 	8,  // 8: general_agent.v1.AgentService.GetSessionHistory:input_type -> general_agent.v1.GetSessionHistoryRequest
 	9,  // 9: general_agent.v1.AgentService.StreamTurn:input_type -> general_agent.v1.StreamTurnRequest
 	10, // 10: general_agent.v1.AgentService.SubmitHostedToolResult:input_type -> general_agent.v1.SubmitHostedToolResultRequest
-	11, // 11: general_agent.v1.AgentService.RunSession:input_type -> general_agent.v1.RunSessionRequest
-	12, // 12: general_agent.v1.AgentService.WatchSession:input_type -> general_agent.v1.WatchSessionRequest
-	13, // 13: general_agent.v1.AgentService.InjectMessage:input_type -> general_agent.v1.InjectMessageRequest
-	14, // 14: general_agent.v1.AgentService.RequestStop:input_type -> general_agent.v1.RequestStopRequest
-	15, // 15: general_agent.v1.AgentService.ClearStop:input_type -> general_agent.v1.ClearStopRequest
-	16, // 16: general_agent.v1.AgentService.CancelRun:input_type -> general_agent.v1.CancelRunRequest
-	17, // 17: general_agent.v1.AgentService.RequestCompaction:input_type -> general_agent.v1.RequestCompactionRequest
-	18, // 18: general_agent.v1.AgentService.MaybeCompactByTokens:input_type -> general_agent.v1.MaybeCompactByTokensRequest
-	19, // 19: general_agent.v1.AgentService.GetUsage:input_type -> general_agent.v1.GetUsageRequest
-	20, // 20: general_agent.v1.AgentService.ListCheckpoints:input_type -> general_agent.v1.ListCheckpointsRequest
-	21, // 21: general_agent.v1.AgentService.RestoreCheckpoint:input_type -> general_agent.v1.RestoreCheckpointRequest
-	22, // 22: general_agent.v1.AgentService.SetMcpServers:input_type -> general_agent.v1.SetMcpServersRequest
-	23, // 23: general_agent.v1.AgentService.GetMcpServers:input_type -> general_agent.v1.GetMcpServersRequest
-	24, // 24: general_agent.v1.AgentService.ToggleMcpServer:input_type -> general_agent.v1.ToggleMcpServerRequest
-	25, // 25: general_agent.v1.AgentService.GetMcpStatus:input_type -> general_agent.v1.GetMcpStatusRequest
-	26, // 26: general_agent.v1.AgentService.RegisterHooks:input_type -> general_agent.v1.RegisterHooksRequest
-	27, // 27: general_agent.v1.AgentService.UnregisterHooks:input_type -> general_agent.v1.UnregisterHooksRequest
-	28, // 28: general_agent.v1.AgentService.ListHookRegistrations:input_type -> general_agent.v1.ListHookRegistrationsRequest
-	29, // 29: general_agent.v1.AgentService.EmitHook:input_type -> general_agent.v1.EmitHookRequest
-	30, // 30: general_agent.v1.AgentService.GetServerInfo:input_type -> general_agent.v1.GetServerInfoRequest
-	31, // 31: general_agent.v1.AgentService.CreateSession:output_type -> general_agent.v1.CreateSessionResponse
-	32, // 32: general_agent.v1.AgentService.GetSession:output_type -> general_agent.v1.GetSessionResponse
-	33, // 33: general_agent.v1.AgentService.ListSessions:output_type -> general_agent.v1.ListSessionsResponse
-	34, // 34: general_agent.v1.AgentService.DeleteSession:output_type -> general_agent.v1.DeleteSessionResponse
-	35, // 35: general_agent.v1.AgentService.ResumeSession:output_type -> general_agent.v1.ResumeSessionResponse
-	36, // 36: general_agent.v1.AgentService.ContinueSession:output_type -> general_agent.v1.ContinueSessionResponse
-	37, // 37: general_agent.v1.AgentService.ForkSession:output_type -> general_agent.v1.ForkSessionResponse
-	38, // 38: general_agent.v1.AgentService.ResetSession:output_type -> general_agent.v1.ResetSessionResponse
-	39, // 39: general_agent.v1.AgentService.GetSessionHistory:output_type -> general_agent.v1.GetSessionHistoryResponse
-	40, // 40: general_agent.v1.AgentService.StreamTurn:output_type -> general_agent.v1.StreamTurnResponse
-	41, // 41: general_agent.v1.AgentService.SubmitHostedToolResult:output_type -> general_agent.v1.SubmitHostedToolResultResponse
-	42, // 42: general_agent.v1.AgentService.RunSession:output_type -> general_agent.v1.RunSessionResponse
-	43, // 43: general_agent.v1.AgentService.WatchSession:output_type -> general_agent.v1.WatchSessionResponse
-	44, // 44: general_agent.v1.AgentService.InjectMessage:output_type -> general_agent.v1.InjectMessageResponse
-	45, // 45: general_agent.v1.AgentService.RequestStop:output_type -> general_agent.v1.RequestStopResponse
-	46, // 46: general_agent.v1.AgentService.ClearStop:output_type -> general_agent.v1.ClearStopResponse
-	47, // 47: general_agent.v1.AgentService.CancelRun:output_type -> general_agent.v1.CancelRunResponse
-	48, // 48: general_agent.v1.AgentService.RequestCompaction:output_type -> general_agent.v1.RequestCompactionResponse
-	49, // 49: general_agent.v1.AgentService.MaybeCompactByTokens:output_type -> general_agent.v1.MaybeCompactByTokensResponse
-	50, // 50: general_agent.v1.AgentService.GetUsage:output_type -> general_agent.v1.GetUsageResponse
-	51, // 51: general_agent.v1.AgentService.ListCheckpoints:output_type -> general_agent.v1.ListCheckpointsResponse
-	52, // 52: general_agent.v1.AgentService.RestoreCheckpoint:output_type -> general_agent.v1.RestoreCheckpointResponse
-	53, // 53: general_agent.v1.AgentService.SetMcpServers:output_type -> general_agent.v1.SetMcpServersResponse
-	54, // 54: general_agent.v1.AgentService.GetMcpServers:output_type -> general_agent.v1.GetMcpServersResponse
-	55, // 55: general_agent.v1.AgentService.ToggleMcpServer:output_type -> general_agent.v1.ToggleMcpServerResponse
-	56, // 56: general_agent.v1.AgentService.GetMcpStatus:output_type -> general_agent.v1.GetMcpStatusResponse
-	57, // 57: general_agent.v1.AgentService.RegisterHooks:output_type -> general_agent.v1.RegisterHooksResponse
-	58, // 58: general_agent.v1.AgentService.UnregisterHooks:output_type -> general_agent.v1.UnregisterHooksResponse
-	59, // 59: general_agent.v1.AgentService.ListHookRegistrations:output_type -> general_agent.v1.ListHookRegistrationsResponse
-	60, // 60: general_agent.v1.AgentService.EmitHook:output_type -> general_agent.v1.EmitHookResponse
-	61, // 61: general_agent.v1.AgentService.GetServerInfo:output_type -> general_agent.v1.GetServerInfoResponse
-	31, // [31:62] is the sub-list for method output_type
-	0,  // [0:31] is the sub-list for method input_type
+	11, // 11: general_agent.v1.AgentService.ResolveApproval:input_type -> general_agent.v1.ResolveApprovalRequest
+	12, // 12: general_agent.v1.AgentService.RunSession:input_type -> general_agent.v1.RunSessionRequest
+	13, // 13: general_agent.v1.AgentService.WatchSession:input_type -> general_agent.v1.WatchSessionRequest
+	14, // 14: general_agent.v1.AgentService.InjectMessage:input_type -> general_agent.v1.InjectMessageRequest
+	15, // 15: general_agent.v1.AgentService.RequestStop:input_type -> general_agent.v1.RequestStopRequest
+	16, // 16: general_agent.v1.AgentService.ClearStop:input_type -> general_agent.v1.ClearStopRequest
+	17, // 17: general_agent.v1.AgentService.CancelRun:input_type -> general_agent.v1.CancelRunRequest
+	18, // 18: general_agent.v1.AgentService.RequestCompaction:input_type -> general_agent.v1.RequestCompactionRequest
+	19, // 19: general_agent.v1.AgentService.MaybeCompactByTokens:input_type -> general_agent.v1.MaybeCompactByTokensRequest
+	20, // 20: general_agent.v1.AgentService.GetUsage:input_type -> general_agent.v1.GetUsageRequest
+	21, // 21: general_agent.v1.AgentService.ListCheckpoints:input_type -> general_agent.v1.ListCheckpointsRequest
+	22, // 22: general_agent.v1.AgentService.RestoreCheckpoint:input_type -> general_agent.v1.RestoreCheckpointRequest
+	23, // 23: general_agent.v1.AgentService.SetMcpServers:input_type -> general_agent.v1.SetMcpServersRequest
+	24, // 24: general_agent.v1.AgentService.GetMcpServers:input_type -> general_agent.v1.GetMcpServersRequest
+	25, // 25: general_agent.v1.AgentService.ToggleMcpServer:input_type -> general_agent.v1.ToggleMcpServerRequest
+	26, // 26: general_agent.v1.AgentService.GetMcpStatus:input_type -> general_agent.v1.GetMcpStatusRequest
+	27, // 27: general_agent.v1.AgentService.RegisterHooks:input_type -> general_agent.v1.RegisterHooksRequest
+	28, // 28: general_agent.v1.AgentService.UnregisterHooks:input_type -> general_agent.v1.UnregisterHooksRequest
+	29, // 29: general_agent.v1.AgentService.ListHookRegistrations:input_type -> general_agent.v1.ListHookRegistrationsRequest
+	30, // 30: general_agent.v1.AgentService.EmitHook:input_type -> general_agent.v1.EmitHookRequest
+	31, // 31: general_agent.v1.AgentService.GetServerInfo:input_type -> general_agent.v1.GetServerInfoRequest
+	32, // 32: general_agent.v1.AgentService.CreateSession:output_type -> general_agent.v1.CreateSessionResponse
+	33, // 33: general_agent.v1.AgentService.GetSession:output_type -> general_agent.v1.GetSessionResponse
+	34, // 34: general_agent.v1.AgentService.ListSessions:output_type -> general_agent.v1.ListSessionsResponse
+	35, // 35: general_agent.v1.AgentService.DeleteSession:output_type -> general_agent.v1.DeleteSessionResponse
+	36, // 36: general_agent.v1.AgentService.ResumeSession:output_type -> general_agent.v1.ResumeSessionResponse
+	37, // 37: general_agent.v1.AgentService.ContinueSession:output_type -> general_agent.v1.ContinueSessionResponse
+	38, // 38: general_agent.v1.AgentService.ForkSession:output_type -> general_agent.v1.ForkSessionResponse
+	39, // 39: general_agent.v1.AgentService.ResetSession:output_type -> general_agent.v1.ResetSessionResponse
+	40, // 40: general_agent.v1.AgentService.GetSessionHistory:output_type -> general_agent.v1.GetSessionHistoryResponse
+	41, // 41: general_agent.v1.AgentService.StreamTurn:output_type -> general_agent.v1.StreamTurnResponse
+	42, // 42: general_agent.v1.AgentService.SubmitHostedToolResult:output_type -> general_agent.v1.SubmitHostedToolResultResponse
+	43, // 43: general_agent.v1.AgentService.ResolveApproval:output_type -> general_agent.v1.ResolveApprovalResponse
+	44, // 44: general_agent.v1.AgentService.RunSession:output_type -> general_agent.v1.RunSessionResponse
+	45, // 45: general_agent.v1.AgentService.WatchSession:output_type -> general_agent.v1.WatchSessionResponse
+	46, // 46: general_agent.v1.AgentService.InjectMessage:output_type -> general_agent.v1.InjectMessageResponse
+	47, // 47: general_agent.v1.AgentService.RequestStop:output_type -> general_agent.v1.RequestStopResponse
+	48, // 48: general_agent.v1.AgentService.ClearStop:output_type -> general_agent.v1.ClearStopResponse
+	49, // 49: general_agent.v1.AgentService.CancelRun:output_type -> general_agent.v1.CancelRunResponse
+	50, // 50: general_agent.v1.AgentService.RequestCompaction:output_type -> general_agent.v1.RequestCompactionResponse
+	51, // 51: general_agent.v1.AgentService.MaybeCompactByTokens:output_type -> general_agent.v1.MaybeCompactByTokensResponse
+	52, // 52: general_agent.v1.AgentService.GetUsage:output_type -> general_agent.v1.GetUsageResponse
+	53, // 53: general_agent.v1.AgentService.ListCheckpoints:output_type -> general_agent.v1.ListCheckpointsResponse
+	54, // 54: general_agent.v1.AgentService.RestoreCheckpoint:output_type -> general_agent.v1.RestoreCheckpointResponse
+	55, // 55: general_agent.v1.AgentService.SetMcpServers:output_type -> general_agent.v1.SetMcpServersResponse
+	56, // 56: general_agent.v1.AgentService.GetMcpServers:output_type -> general_agent.v1.GetMcpServersResponse
+	57, // 57: general_agent.v1.AgentService.ToggleMcpServer:output_type -> general_agent.v1.ToggleMcpServerResponse
+	58, // 58: general_agent.v1.AgentService.GetMcpStatus:output_type -> general_agent.v1.GetMcpStatusResponse
+	59, // 59: general_agent.v1.AgentService.RegisterHooks:output_type -> general_agent.v1.RegisterHooksResponse
+	60, // 60: general_agent.v1.AgentService.UnregisterHooks:output_type -> general_agent.v1.UnregisterHooksResponse
+	61, // 61: general_agent.v1.AgentService.ListHookRegistrations:output_type -> general_agent.v1.ListHookRegistrationsResponse
+	62, // 62: general_agent.v1.AgentService.EmitHook:output_type -> general_agent.v1.EmitHookResponse
+	63, // 63: general_agent.v1.AgentService.GetServerInfo:output_type -> general_agent.v1.GetServerInfoResponse
+	32, // [32:64] is the sub-list for method output_type
+	0,  // [0:32] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

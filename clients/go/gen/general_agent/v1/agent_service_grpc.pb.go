@@ -30,6 +30,7 @@ const (
 	AgentService_GetSessionHistory_FullMethodName      = "/general_agent.v1.AgentService/GetSessionHistory"
 	AgentService_StreamTurn_FullMethodName             = "/general_agent.v1.AgentService/StreamTurn"
 	AgentService_SubmitHostedToolResult_FullMethodName = "/general_agent.v1.AgentService/SubmitHostedToolResult"
+	AgentService_ResolveApproval_FullMethodName        = "/general_agent.v1.AgentService/ResolveApproval"
 	AgentService_RunSession_FullMethodName             = "/general_agent.v1.AgentService/RunSession"
 	AgentService_WatchSession_FullMethodName           = "/general_agent.v1.AgentService/WatchSession"
 	AgentService_InjectMessage_FullMethodName          = "/general_agent.v1.AgentService/InjectMessage"
@@ -126,6 +127,15 @@ type AgentServiceClient interface {
 	// pending). An identical duplicate submit is OK and replays that submit's
 	// events.
 	SubmitHostedToolResult(ctx context.Context, in *SubmitHostedToolResultRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubmitHostedToolResultResponse], error)
+	// Answers one call waiting for a person's approval and streams until the
+	// next `run_finished` (docs/protocol.md, "Tool approvals"). APPROVE runs the
+	// call with the shown or the edited input (an invalid edited input is
+	// INVALID_ARGUMENT and the call stays pending); APPROVE_ALWAYS also
+	// approves the tool for the rest of the session; DENY gives the model an
+	// error result with the message. Errors: NOT_FOUND `UNKNOWN_TOOL_CALL`;
+	// FAILED_PRECONDITION `TOOL_CALL_ALREADY_RESOLVED` for a different answer
+	// to an answered call. An identical retry is OK and replays its events.
+	ResolveApproval(ctx context.Context, in *ResolveApprovalRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ResolveApprovalResponse], error)
 	// The bidirectional protocol for long-lived hosts (docs/protocol.md,
 	// "Watching and RunSession"): attach
 	// first, then turns, hosted results, inject, stop, cancel and pings on one
@@ -333,9 +343,28 @@ func (c *agentServiceClient) SubmitHostedToolResult(ctx context.Context, in *Sub
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_SubmitHostedToolResultClient = grpc.ServerStreamingClient[SubmitHostedToolResultResponse]
 
+func (c *agentServiceClient) ResolveApproval(ctx context.Context, in *ResolveApprovalRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ResolveApprovalResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[2], AgentService_ResolveApproval_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ResolveApprovalRequest, ResolveApprovalResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_ResolveApprovalClient = grpc.ServerStreamingClient[ResolveApprovalResponse]
+
 func (c *agentServiceClient) RunSession(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RunSessionRequest, RunSessionResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[2], AgentService_RunSession_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[3], AgentService_RunSession_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -348,7 +377,7 @@ type AgentService_RunSessionClient = grpc.BidiStreamingClient[RunSessionRequest,
 
 func (c *agentServiceClient) WatchSession(ctx context.Context, in *WatchSessionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchSessionResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[3], AgentService_WatchSession_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[4], AgentService_WatchSession_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -619,6 +648,15 @@ type AgentServiceServer interface {
 	// pending). An identical duplicate submit is OK and replays that submit's
 	// events.
 	SubmitHostedToolResult(*SubmitHostedToolResultRequest, grpc.ServerStreamingServer[SubmitHostedToolResultResponse]) error
+	// Answers one call waiting for a person's approval and streams until the
+	// next `run_finished` (docs/protocol.md, "Tool approvals"). APPROVE runs the
+	// call with the shown or the edited input (an invalid edited input is
+	// INVALID_ARGUMENT and the call stays pending); APPROVE_ALWAYS also
+	// approves the tool for the rest of the session; DENY gives the model an
+	// error result with the message. Errors: NOT_FOUND `UNKNOWN_TOOL_CALL`;
+	// FAILED_PRECONDITION `TOOL_CALL_ALREADY_RESOLVED` for a different answer
+	// to an answered call. An identical retry is OK and replays its events.
+	ResolveApproval(*ResolveApprovalRequest, grpc.ServerStreamingServer[ResolveApprovalResponse]) error
 	// The bidirectional protocol for long-lived hosts (docs/protocol.md,
 	// "Watching and RunSession"): attach
 	// first, then turns, hosted results, inject, stop, cancel and pings on one
@@ -730,6 +768,9 @@ func (UnimplementedAgentServiceServer) StreamTurn(*StreamTurnRequest, grpc.Serve
 }
 func (UnimplementedAgentServiceServer) SubmitHostedToolResult(*SubmitHostedToolResultRequest, grpc.ServerStreamingServer[SubmitHostedToolResultResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method SubmitHostedToolResult not implemented")
+}
+func (UnimplementedAgentServiceServer) ResolveApproval(*ResolveApprovalRequest, grpc.ServerStreamingServer[ResolveApprovalResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method ResolveApproval not implemented")
 }
 func (UnimplementedAgentServiceServer) RunSession(grpc.BidiStreamingServer[RunSessionRequest, RunSessionResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method RunSession not implemented")
@@ -995,6 +1036,17 @@ func _AgentService_SubmitHostedToolResult_Handler(srv interface{}, stream grpc.S
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_SubmitHostedToolResultServer = grpc.ServerStreamingServer[SubmitHostedToolResultResponse]
+
+func _AgentService_ResolveApproval_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ResolveApprovalRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AgentServiceServer).ResolveApproval(m, &grpc.GenericServerStream[ResolveApprovalRequest, ResolveApprovalResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_ResolveApprovalServer = grpc.ServerStreamingServer[ResolveApprovalResponse]
 
 func _AgentService_RunSession_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(AgentServiceServer).RunSession(&grpc.GenericServerStream[RunSessionRequest, RunSessionResponse]{ServerStream: stream})
@@ -1463,6 +1515,11 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "SubmitHostedToolResult",
 			Handler:       _AgentService_SubmitHostedToolResult_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ResolveApproval",
+			Handler:       _AgentService_ResolveApproval_Handler,
 			ServerStreams: true,
 		},
 		{

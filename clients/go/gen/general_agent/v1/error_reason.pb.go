@@ -80,6 +80,9 @@ const (
 	ErrorReason_ERROR_REASON_INVALID_ARGUMENT ErrorReason = 20
 	// UNIMPLEMENTED: the capability is not available in this server.
 	ErrorReason_ERROR_REASON_NOT_IMPLEMENTED ErrorReason = 21
+	// FAILED_PRECONDITION: the call waits for a person's approval; a hosted
+	// result can be submitted only once it is approved. Metadata: `call_id`.
+	ErrorReason_ERROR_REASON_APPROVAL_PENDING ErrorReason = 22
 	// Run reason: the sticky stop flag was set.
 	ErrorReason_ERROR_REASON_STOP_REQUESTED ErrorReason = 40
 	// Run reason: CancelRun, or a client disconnect with on_disconnect CANCEL.
@@ -136,6 +139,7 @@ var (
 		19: "ERROR_REASON_PERMISSION_DENIED",
 		20: "ERROR_REASON_INVALID_ARGUMENT",
 		21: "ERROR_REASON_NOT_IMPLEMENTED",
+		22: "ERROR_REASON_APPROVAL_PENDING",
 		40: "ERROR_REASON_STOP_REQUESTED",
 		41: "ERROR_REASON_CANCELLED",
 		42: "ERROR_REASON_SUPERSEDED",
@@ -174,6 +178,7 @@ var (
 		"ERROR_REASON_PERMISSION_DENIED":          19,
 		"ERROR_REASON_INVALID_ARGUMENT":           20,
 		"ERROR_REASON_NOT_IMPLEMENTED":            21,
+		"ERROR_REASON_APPROVAL_PENDING":           22,
 		"ERROR_REASON_STOP_REQUESTED":             40,
 		"ERROR_REASON_CANCELLED":                  41,
 		"ERROR_REASON_SUPERSEDED":                 42,
@@ -222,7 +227,7 @@ var File_general_agent_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_general_agent_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"#general_agent/v1/error_reason.proto\x12\x10general_agent.v1*\xd1\t\n" +
+	"#general_agent/v1/error_reason.proto\x12\x10general_agent.v1*\xf4\t\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eERROR_REASON_SESSION_NOT_FOUND\x10\x01\x12'\n" +
@@ -246,7 +251,8 @@ const file_general_agent_v1_error_reason_proto_rawDesc = "" +
 	"\x1cERROR_REASON_UNAUTHENTICATED\x10\x12\x12\"\n" +
 	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x13\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x14\x12 \n" +
-	"\x1cERROR_REASON_NOT_IMPLEMENTED\x10\x15\x12\x1f\n" +
+	"\x1cERROR_REASON_NOT_IMPLEMENTED\x10\x15\x12!\n" +
+	"\x1dERROR_REASON_APPROVAL_PENDING\x10\x16\x12\x1f\n" +
 	"\x1bERROR_REASON_STOP_REQUESTED\x10(\x12\x1a\n" +
 	"\x16ERROR_REASON_CANCELLED\x10)\x12\x1b\n" +
 	"\x17ERROR_REASON_SUPERSEDED\x10*\x12\x1e\n" +

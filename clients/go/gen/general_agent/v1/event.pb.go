@@ -413,6 +413,8 @@ type SessionEvent struct {
 	//	*SessionEvent_TurnComplete
 	//	*SessionEvent_RunFinished
 	//	*SessionEvent_SessionReset
+	//	*SessionEvent_ApprovalRequested
+	//	*SessionEvent_ApprovalResolved
 	Event         isSessionEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -618,6 +620,24 @@ func (x *SessionEvent) GetSessionReset() *SessionResetEvent {
 	return nil
 }
 
+func (x *SessionEvent) GetApprovalRequested() *ApprovalRequestedEvent {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_ApprovalRequested); ok {
+			return x.ApprovalRequested
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetApprovalResolved() *ApprovalResolvedEvent {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_ApprovalResolved); ok {
+			return x.ApprovalResolved
+		}
+	}
+	return nil
+}
+
 type isSessionEvent_Event interface {
 	isSessionEvent_Event()
 }
@@ -697,6 +717,16 @@ type SessionEvent_SessionReset struct {
 	SessionReset *SessionResetEvent `protobuf:"bytes,24,opt,name=session_reset,json=sessionReset,proto3,oneof"`
 }
 
+type SessionEvent_ApprovalRequested struct {
+	// A call waits for a person's approval.
+	ApprovalRequested *ApprovalRequestedEvent `protobuf:"bytes,25,opt,name=approval_requested,json=approvalRequested,proto3,oneof"`
+}
+
+type SessionEvent_ApprovalResolved struct {
+	// A person (or the deadline) answered an approval.
+	ApprovalResolved *ApprovalResolvedEvent `protobuf:"bytes,26,opt,name=approval_resolved,json=approvalResolved,proto3,oneof"`
+}
+
 func (*SessionEvent_RunStarted) isSessionEvent_Event() {}
 
 func (*SessionEvent_AssistantDelta) isSessionEvent_Event() {}
@@ -726,6 +756,10 @@ func (*SessionEvent_TurnComplete) isSessionEvent_Event() {}
 func (*SessionEvent_RunFinished) isSessionEvent_Event() {}
 
 func (*SessionEvent_SessionReset) isSessionEvent_Event() {}
+
+func (*SessionEvent_ApprovalRequested) isSessionEvent_Event() {}
+
+func (*SessionEvent_ApprovalResolved) isSessionEvent_Event() {}
 
 // First event of a run (once per run; a run keeps its id across
 // suspensions and continuations).
@@ -1242,6 +1276,207 @@ func (x *HostedToolCallEvent) GetDeadline() *timestamppb.Timestamp {
 	return nil
 }
 
+// A call that needs a person's approval before it runs. Answer it with
+// ResolveApproval or the RunSession `resolve_approval` command.
+type ApprovalRequestedEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call id to answer.
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The tool, as the model named it.
+	ToolName string `protobuf:"bytes,2,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	// The input the call would run with.
+	Input *structpb.Struct `protobuf:"bytes,3,opt,name=input,proto3" json:"input,omitempty"`
+	// The same input as exact JSON text.
+	InputJson string `protobuf:"bytes,4,opt,name=input_json,json=inputJson,proto3" json:"input_json,omitempty"`
+	// A short question for the person.
+	Title string `protobuf:"bytes,5,opt,name=title,proto3" json:"title,omitempty"`
+	// Why approval is asked.
+	Description string `protobuf:"bytes,6,opt,name=description,proto3" json:"description,omitempty"`
+	// How much is at stake.
+	Severity ApprovalSeverity `protobuf:"varint,7,opt,name=severity,proto3,enum=general_agent.v1.ApprovalSeverity" json:"severity,omitempty"`
+	// When the approval times out (then `timeout_behavior` applies).
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// "policy", or "hook:<plugin_id>" for a before_tool_call handler.
+	RequestedBy string `protobuf:"bytes,9,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	// What an unanswered approval becomes at its deadline.
+	TimeoutBehavior ApprovalTimeoutBehavior `protobuf:"varint,10,opt,name=timeout_behavior,json=timeoutBehavior,proto3,enum=general_agent.v1.ApprovalTimeoutBehavior" json:"timeout_behavior,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ApprovalRequestedEvent) Reset() {
+	*x = ApprovalRequestedEvent{}
+	mi := &file_general_agent_v1_event_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApprovalRequestedEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApprovalRequestedEvent) ProtoMessage() {}
+
+func (x *ApprovalRequestedEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_general_agent_v1_event_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApprovalRequestedEvent.ProtoReflect.Descriptor instead.
+func (*ApprovalRequestedEvent) Descriptor() ([]byte, []int) {
+	return file_general_agent_v1_event_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ApprovalRequestedEvent) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ApprovalRequestedEvent) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+func (x *ApprovalRequestedEvent) GetInput() *structpb.Struct {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *ApprovalRequestedEvent) GetInputJson() string {
+	if x != nil {
+		return x.InputJson
+	}
+	return ""
+}
+
+func (x *ApprovalRequestedEvent) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *ApprovalRequestedEvent) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *ApprovalRequestedEvent) GetSeverity() ApprovalSeverity {
+	if x != nil {
+		return x.Severity
+	}
+	return ApprovalSeverity_APPROVAL_SEVERITY_UNSPECIFIED
+}
+
+func (x *ApprovalRequestedEvent) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *ApprovalRequestedEvent) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+func (x *ApprovalRequestedEvent) GetTimeoutBehavior() ApprovalTimeoutBehavior {
+	if x != nil {
+		return x.TimeoutBehavior
+	}
+	return ApprovalTimeoutBehavior_APPROVAL_TIMEOUT_BEHAVIOR_UNSPECIFIED
+}
+
+// An approval was answered (by a host, or by its deadline).
+type ApprovalResolvedEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call.
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The decision.
+	Decision ApprovalDecision `protobuf:"varint,2,opt,name=decision,proto3,enum=general_agent.v1.ApprovalDecision" json:"decision,omitempty"`
+	// The input the call runs with (empty when denied).
+	InputJson string `protobuf:"bytes,3,opt,name=input_json,json=inputJson,proto3" json:"input_json,omitempty"`
+	// True when the deadline decided.
+	TimedOut      bool `protobuf:"varint,4,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApprovalResolvedEvent) Reset() {
+	*x = ApprovalResolvedEvent{}
+	mi := &file_general_agent_v1_event_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApprovalResolvedEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApprovalResolvedEvent) ProtoMessage() {}
+
+func (x *ApprovalResolvedEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_general_agent_v1_event_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApprovalResolvedEvent.ProtoReflect.Descriptor instead.
+func (*ApprovalResolvedEvent) Descriptor() ([]byte, []int) {
+	return file_general_agent_v1_event_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ApprovalResolvedEvent) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ApprovalResolvedEvent) GetDecision() ApprovalDecision {
+	if x != nil {
+		return x.Decision
+	}
+	return ApprovalDecision_APPROVAL_DECISION_UNSPECIFIED
+}
+
+func (x *ApprovalResolvedEvent) GetInputJson() string {
+	if x != nil {
+		return x.InputJson
+	}
+	return ""
+}
+
+func (x *ApprovalResolvedEvent) GetTimedOut() bool {
+	if x != nil {
+		return x.TimedOut
+	}
+	return false
+}
+
 // Compaction began.
 type CompactionStartedEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1253,7 +1488,7 @@ type CompactionStartedEvent struct {
 
 func (x *CompactionStartedEvent) Reset() {
 	*x = CompactionStartedEvent{}
-	mi := &file_general_agent_v1_event_proto_msgTypes[9]
+	mi := &file_general_agent_v1_event_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1500,7 @@ func (x *CompactionStartedEvent) String() string {
 func (*CompactionStartedEvent) ProtoMessage() {}
 
 func (x *CompactionStartedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_event_proto_msgTypes[9]
+	mi := &file_general_agent_v1_event_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1513,7 @@ func (x *CompactionStartedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionStartedEvent.ProtoReflect.Descriptor instead.
 func (*CompactionStartedEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_event_proto_rawDescGZIP(), []int{9}
+	return file_general_agent_v1_event_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CompactionStartedEvent) GetReason() CompactionReason {
@@ -1311,7 +1546,7 @@ type CompactionFinishedEvent struct {
 
 func (x *CompactionFinishedEvent) Reset() {
 	*x = CompactionFinishedEvent{}
-	mi := &file_general_agent_v1_event_proto_msgTypes[10]
+	mi := &file_general_agent_v1_event_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1558,7 @@ func (x *CompactionFinishedEvent) String() string {
 func (*CompactionFinishedEvent) ProtoMessage() {}
 
 func (x *CompactionFinishedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_event_proto_msgTypes[10]
+	mi := &file_general_agent_v1_event_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1571,7 @@ func (x *CompactionFinishedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionFinishedEvent.ProtoReflect.Descriptor instead.
 func (*CompactionFinishedEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_event_proto_rawDescGZIP(), []int{10}
+	return file_general_agent_v1_event_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CompactionFinishedEvent) GetReason() CompactionReason {
@@ -1399,7 +1634,7 @@ type MessageInjectedEvent struct {
 
 func (x *MessageInjectedEvent) Reset() {
 	*x = MessageInjectedEvent{}
-	mi := &file_general_agent_v1_event_proto_msgTypes[11]
+	mi := &file_general_agent_v1_event_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1646,7 @@ func (x *MessageInjectedEvent) String() string {
 func (*MessageInjectedEvent) ProtoMessage() {}
 
 func (x *MessageInjectedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_event_proto_msgTypes[11]
+	mi := &file_general_agent_v1_event_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1659,7 @@ func (x *MessageInjectedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageInjectedEvent.ProtoReflect.Descriptor instead.
 func (*MessageInjectedEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_event_proto_rawDescGZIP(), []int{11}
+	return file_general_agent_v1_event_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MessageInjectedEvent) GetInput() []*ContentPart {
@@ -1447,7 +1682,7 @@ type TurnCompleteEvent struct {
 
 func (x *TurnCompleteEvent) Reset() {
 	*x = TurnCompleteEvent{}
-	mi := &file_general_agent_v1_event_proto_msgTypes[12]
+	mi := &file_general_agent_v1_event_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1694,7 @@ func (x *TurnCompleteEvent) String() string {
 func (*TurnCompleteEvent) ProtoMessage() {}
 
 func (x *TurnCompleteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_event_proto_msgTypes[12]
+	mi := &file_general_agent_v1_event_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1707,7 @@ func (x *TurnCompleteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCompleteEvent.ProtoReflect.Descriptor instead.
 func (*TurnCompleteEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_event_proto_rawDescGZIP(), []int{12}
+	return file_general_agent_v1_event_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TurnCompleteEvent) GetStopReason() StopReason {
@@ -1511,7 +1746,7 @@ type RunFinishedEvent struct {
 
 func (x *RunFinishedEvent) Reset() {
 	*x = RunFinishedEvent{}
-	mi := &file_general_agent_v1_event_proto_msgTypes[13]
+	mi := &file_general_agent_v1_event_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1758,7 @@ func (x *RunFinishedEvent) String() string {
 func (*RunFinishedEvent) ProtoMessage() {}
 
 func (x *RunFinishedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_event_proto_msgTypes[13]
+	mi := &file_general_agent_v1_event_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1771,7 @@ func (x *RunFinishedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinishedEvent.ProtoReflect.Descriptor instead.
 func (*RunFinishedEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_event_proto_rawDescGZIP(), []int{13}
+	return file_general_agent_v1_event_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RunFinishedEvent) GetOutcome() RunOutcome {
@@ -1592,7 +1827,7 @@ type SessionResetEvent struct {
 
 func (x *SessionResetEvent) Reset() {
 	*x = SessionResetEvent{}
-	mi := &file_general_agent_v1_event_proto_msgTypes[14]
+	mi := &file_general_agent_v1_event_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1604,7 +1839,7 @@ func (x *SessionResetEvent) String() string {
 func (*SessionResetEvent) ProtoMessage() {}
 
 func (x *SessionResetEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_event_proto_msgTypes[14]
+	mi := &file_general_agent_v1_event_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1617,7 +1852,7 @@ func (x *SessionResetEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResetEvent.ProtoReflect.Descriptor instead.
 func (*SessionResetEvent) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_event_proto_rawDescGZIP(), []int{14}
+	return file_general_agent_v1_event_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SessionResetEvent) GetReason() string {
@@ -1631,8 +1866,7 @@ var File_general_agent_v1_event_proto protoreflect.FileDescriptor
 
 const file_general_agent_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x1cgeneral_agent/v1/event.proto\x12\x10general_agent.v1\x1a\x1egeneral_agent/v1/content.proto\x1a\x1egeneral_agent/v1/session.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xb1\n" +
-	"\n" +
+	"\x1cgeneral_agent/v1/event.proto\x12\x10general_agent.v1\x1a\x1fgeneral_agent/v1/approval.proto\x1a\x1egeneral_agent/v1/content.proto\x1a\x1egeneral_agent/v1/session.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xe4\v\n" +
 	"\fSessionEvent\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x03R\bsequence\x12\x1d\n" +
 	"\n" +
@@ -1658,7 +1892,9 @@ const file_general_agent_v1_event_proto_rawDesc = "" +
 	"\x10message_injected\x18\x15 \x01(\v2&.general_agent.v1.MessageInjectedEventH\x00R\x0fmessageInjected\x12J\n" +
 	"\rturn_complete\x18\x16 \x01(\v2#.general_agent.v1.TurnCompleteEventH\x00R\fturnComplete\x12G\n" +
 	"\frun_finished\x18\x17 \x01(\v2\".general_agent.v1.RunFinishedEventH\x00R\vrunFinished\x12J\n" +
-	"\rsession_reset\x18\x18 \x01(\v2#.general_agent.v1.SessionResetEventH\x00R\fsessionResetB\a\n" +
+	"\rsession_reset\x18\x18 \x01(\v2#.general_agent.v1.SessionResetEventH\x00R\fsessionReset\x12Y\n" +
+	"\x12approval_requested\x18\x19 \x01(\v2(.general_agent.v1.ApprovalRequestedEventH\x00R\x11approvalRequested\x12V\n" +
+	"\x11approval_resolved\x18\x1a \x01(\v2'.general_agent.v1.ApprovalResolvedEventH\x00R\x10approvalResolvedB\a\n" +
 	"\x05event\"\x85\x01\n" +
 	"\x0fRunStartedEvent\x126\n" +
 	"\atrigger\x18\x01 \x01(\x0e2\x1c.general_agent.v1.RunTriggerR\atrigger\x12\x1d\n" +
@@ -1694,7 +1930,26 @@ const file_general_agent_v1_event_proto_rawDesc = "" +
 	"\x05input\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x05input\x12\x1d\n" +
 	"\n" +
 	"input_json\x18\x04 \x01(\tR\tinputJson\x126\n" +
-	"\bdeadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"T\n" +
+	"\bdeadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"\xc5\x03\n" +
+	"\x16ApprovalRequestedEvent\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x1b\n" +
+	"\ttool_name\x18\x02 \x01(\tR\btoolName\x12-\n" +
+	"\x05input\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x05input\x12\x1d\n" +
+	"\n" +
+	"input_json\x18\x04 \x01(\tR\tinputJson\x12\x14\n" +
+	"\x05title\x18\x05 \x01(\tR\x05title\x12 \n" +
+	"\vdescription\x18\x06 \x01(\tR\vdescription\x12>\n" +
+	"\bseverity\x18\a \x01(\x0e2\".general_agent.v1.ApprovalSeverityR\bseverity\x126\n" +
+	"\bdeadline\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12!\n" +
+	"\frequested_by\x18\t \x01(\tR\vrequestedBy\x12T\n" +
+	"\x10timeout_behavior\x18\n" +
+	" \x01(\x0e2).general_agent.v1.ApprovalTimeoutBehaviorR\x0ftimeoutBehavior\"\xac\x01\n" +
+	"\x15ApprovalResolvedEvent\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12>\n" +
+	"\bdecision\x18\x02 \x01(\x0e2\".general_agent.v1.ApprovalDecisionR\bdecision\x12\x1d\n" +
+	"\n" +
+	"input_json\x18\x03 \x01(\tR\tinputJson\x12\x1b\n" +
+	"\ttimed_out\x18\x04 \x01(\bR\btimedOut\"T\n" +
 	"\x16CompactionStartedEvent\x12:\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\".general_agent.v1.CompactionReasonR\x06reason\"\xc6\x02\n" +
 	"\x17CompactionFinishedEvent\x12:\n" +
@@ -1783,7 +2038,7 @@ func file_general_agent_v1_event_proto_rawDescGZIP() []byte {
 }
 
 var file_general_agent_v1_event_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_general_agent_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_general_agent_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_general_agent_v1_event_proto_goTypes = []any{
 	(RunTrigger)(0),                 // 0: general_agent.v1.RunTrigger
 	(StopReason)(0),                 // 1: general_agent.v1.StopReason
@@ -1799,22 +2054,27 @@ var file_general_agent_v1_event_proto_goTypes = []any{
 	(*ToolResultEvent)(nil),         // 11: general_agent.v1.ToolResultEvent
 	(*ToolErrorEvent)(nil),          // 12: general_agent.v1.ToolErrorEvent
 	(*HostedToolCallEvent)(nil),     // 13: general_agent.v1.HostedToolCallEvent
-	(*CompactionStartedEvent)(nil),  // 14: general_agent.v1.CompactionStartedEvent
-	(*CompactionFinishedEvent)(nil), // 15: general_agent.v1.CompactionFinishedEvent
-	(*MessageInjectedEvent)(nil),    // 16: general_agent.v1.MessageInjectedEvent
-	(*TurnCompleteEvent)(nil),       // 17: general_agent.v1.TurnCompleteEvent
-	(*RunFinishedEvent)(nil),        // 18: general_agent.v1.RunFinishedEvent
-	(*SessionResetEvent)(nil),       // 19: general_agent.v1.SessionResetEvent
-	(*timestamppb.Timestamp)(nil),   // 20: google.protobuf.Timestamp
-	(*UsageSnapshot)(nil),           // 21: general_agent.v1.UsageSnapshot
-	(*structpb.Struct)(nil),         // 22: google.protobuf.Struct
-	(*ContentPart)(nil),             // 23: general_agent.v1.ContentPart
-	(*structpb.Value)(nil),          // 24: google.protobuf.Value
-	(*status.Status)(nil),           // 25: google.rpc.Status
-	(*Usage)(nil),                   // 26: general_agent.v1.Usage
+	(*ApprovalRequestedEvent)(nil),  // 14: general_agent.v1.ApprovalRequestedEvent
+	(*ApprovalResolvedEvent)(nil),   // 15: general_agent.v1.ApprovalResolvedEvent
+	(*CompactionStartedEvent)(nil),  // 16: general_agent.v1.CompactionStartedEvent
+	(*CompactionFinishedEvent)(nil), // 17: general_agent.v1.CompactionFinishedEvent
+	(*MessageInjectedEvent)(nil),    // 18: general_agent.v1.MessageInjectedEvent
+	(*TurnCompleteEvent)(nil),       // 19: general_agent.v1.TurnCompleteEvent
+	(*RunFinishedEvent)(nil),        // 20: general_agent.v1.RunFinishedEvent
+	(*SessionResetEvent)(nil),       // 21: general_agent.v1.SessionResetEvent
+	(*timestamppb.Timestamp)(nil),   // 22: google.protobuf.Timestamp
+	(*UsageSnapshot)(nil),           // 23: general_agent.v1.UsageSnapshot
+	(*structpb.Struct)(nil),         // 24: google.protobuf.Struct
+	(*ContentPart)(nil),             // 25: general_agent.v1.ContentPart
+	(*structpb.Value)(nil),          // 26: google.protobuf.Value
+	(ApprovalSeverity)(0),           // 27: general_agent.v1.ApprovalSeverity
+	(ApprovalTimeoutBehavior)(0),    // 28: general_agent.v1.ApprovalTimeoutBehavior
+	(ApprovalDecision)(0),           // 29: general_agent.v1.ApprovalDecision
+	(*status.Status)(nil),           // 30: google.rpc.Status
+	(*Usage)(nil),                   // 31: general_agent.v1.Usage
 }
 var file_general_agent_v1_event_proto_depIdxs = []int32{
-	20, // 0: general_agent.v1.SessionEvent.create_time:type_name -> google.protobuf.Timestamp
+	22, // 0: general_agent.v1.SessionEvent.create_time:type_name -> google.protobuf.Timestamp
 	6,  // 1: general_agent.v1.SessionEvent.run_started:type_name -> general_agent.v1.RunStartedEvent
 	7,  // 2: general_agent.v1.SessionEvent.assistant_delta:type_name -> general_agent.v1.AssistantDeltaEvent
 	8,  // 3: general_agent.v1.SessionEvent.reasoning_delta:type_name -> general_agent.v1.ReasoningDeltaEvent
@@ -1823,36 +2083,43 @@ var file_general_agent_v1_event_proto_depIdxs = []int32{
 	11, // 6: general_agent.v1.SessionEvent.tool_result:type_name -> general_agent.v1.ToolResultEvent
 	12, // 7: general_agent.v1.SessionEvent.tool_error:type_name -> general_agent.v1.ToolErrorEvent
 	13, // 8: general_agent.v1.SessionEvent.hosted_tool_call:type_name -> general_agent.v1.HostedToolCallEvent
-	21, // 9: general_agent.v1.SessionEvent.usage_snapshot:type_name -> general_agent.v1.UsageSnapshot
-	14, // 10: general_agent.v1.SessionEvent.compaction_started:type_name -> general_agent.v1.CompactionStartedEvent
-	15, // 11: general_agent.v1.SessionEvent.compaction_finished:type_name -> general_agent.v1.CompactionFinishedEvent
-	16, // 12: general_agent.v1.SessionEvent.message_injected:type_name -> general_agent.v1.MessageInjectedEvent
-	17, // 13: general_agent.v1.SessionEvent.turn_complete:type_name -> general_agent.v1.TurnCompleteEvent
-	18, // 14: general_agent.v1.SessionEvent.run_finished:type_name -> general_agent.v1.RunFinishedEvent
-	19, // 15: general_agent.v1.SessionEvent.session_reset:type_name -> general_agent.v1.SessionResetEvent
-	0,  // 16: general_agent.v1.RunStartedEvent.trigger:type_name -> general_agent.v1.RunTrigger
-	22, // 17: general_agent.v1.ToolCallEvent.input:type_name -> google.protobuf.Struct
-	23, // 18: general_agent.v1.ToolResultEvent.output:type_name -> general_agent.v1.ContentPart
-	24, // 19: general_agent.v1.ToolResultEvent.details:type_name -> google.protobuf.Value
-	24, // 20: general_agent.v1.ToolErrorEvent.details:type_name -> google.protobuf.Value
-	22, // 21: general_agent.v1.HostedToolCallEvent.input:type_name -> google.protobuf.Struct
-	20, // 22: general_agent.v1.HostedToolCallEvent.deadline:type_name -> google.protobuf.Timestamp
-	4,  // 23: general_agent.v1.CompactionStartedEvent.reason:type_name -> general_agent.v1.CompactionReason
-	4,  // 24: general_agent.v1.CompactionFinishedEvent.reason:type_name -> general_agent.v1.CompactionReason
-	25, // 25: general_agent.v1.CompactionFinishedEvent.error:type_name -> google.rpc.Status
-	23, // 26: general_agent.v1.MessageInjectedEvent.input:type_name -> general_agent.v1.ContentPart
-	1,  // 27: general_agent.v1.TurnCompleteEvent.stop_reason:type_name -> general_agent.v1.StopReason
-	25, // 28: general_agent.v1.TurnCompleteEvent.error:type_name -> google.rpc.Status
-	2,  // 29: general_agent.v1.RunFinishedEvent.outcome:type_name -> general_agent.v1.RunOutcome
-	3,  // 30: general_agent.v1.RunFinishedEvent.reason:type_name -> general_agent.v1.RunReason
-	1,  // 31: general_agent.v1.RunFinishedEvent.stop_reason:type_name -> general_agent.v1.StopReason
-	25, // 32: general_agent.v1.RunFinishedEvent.error:type_name -> google.rpc.Status
-	26, // 33: general_agent.v1.RunFinishedEvent.usage:type_name -> general_agent.v1.Usage
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	23, // 9: general_agent.v1.SessionEvent.usage_snapshot:type_name -> general_agent.v1.UsageSnapshot
+	16, // 10: general_agent.v1.SessionEvent.compaction_started:type_name -> general_agent.v1.CompactionStartedEvent
+	17, // 11: general_agent.v1.SessionEvent.compaction_finished:type_name -> general_agent.v1.CompactionFinishedEvent
+	18, // 12: general_agent.v1.SessionEvent.message_injected:type_name -> general_agent.v1.MessageInjectedEvent
+	19, // 13: general_agent.v1.SessionEvent.turn_complete:type_name -> general_agent.v1.TurnCompleteEvent
+	20, // 14: general_agent.v1.SessionEvent.run_finished:type_name -> general_agent.v1.RunFinishedEvent
+	21, // 15: general_agent.v1.SessionEvent.session_reset:type_name -> general_agent.v1.SessionResetEvent
+	14, // 16: general_agent.v1.SessionEvent.approval_requested:type_name -> general_agent.v1.ApprovalRequestedEvent
+	15, // 17: general_agent.v1.SessionEvent.approval_resolved:type_name -> general_agent.v1.ApprovalResolvedEvent
+	0,  // 18: general_agent.v1.RunStartedEvent.trigger:type_name -> general_agent.v1.RunTrigger
+	24, // 19: general_agent.v1.ToolCallEvent.input:type_name -> google.protobuf.Struct
+	25, // 20: general_agent.v1.ToolResultEvent.output:type_name -> general_agent.v1.ContentPart
+	26, // 21: general_agent.v1.ToolResultEvent.details:type_name -> google.protobuf.Value
+	26, // 22: general_agent.v1.ToolErrorEvent.details:type_name -> google.protobuf.Value
+	24, // 23: general_agent.v1.HostedToolCallEvent.input:type_name -> google.protobuf.Struct
+	22, // 24: general_agent.v1.HostedToolCallEvent.deadline:type_name -> google.protobuf.Timestamp
+	24, // 25: general_agent.v1.ApprovalRequestedEvent.input:type_name -> google.protobuf.Struct
+	27, // 26: general_agent.v1.ApprovalRequestedEvent.severity:type_name -> general_agent.v1.ApprovalSeverity
+	22, // 27: general_agent.v1.ApprovalRequestedEvent.deadline:type_name -> google.protobuf.Timestamp
+	28, // 28: general_agent.v1.ApprovalRequestedEvent.timeout_behavior:type_name -> general_agent.v1.ApprovalTimeoutBehavior
+	29, // 29: general_agent.v1.ApprovalResolvedEvent.decision:type_name -> general_agent.v1.ApprovalDecision
+	4,  // 30: general_agent.v1.CompactionStartedEvent.reason:type_name -> general_agent.v1.CompactionReason
+	4,  // 31: general_agent.v1.CompactionFinishedEvent.reason:type_name -> general_agent.v1.CompactionReason
+	30, // 32: general_agent.v1.CompactionFinishedEvent.error:type_name -> google.rpc.Status
+	25, // 33: general_agent.v1.MessageInjectedEvent.input:type_name -> general_agent.v1.ContentPart
+	1,  // 34: general_agent.v1.TurnCompleteEvent.stop_reason:type_name -> general_agent.v1.StopReason
+	30, // 35: general_agent.v1.TurnCompleteEvent.error:type_name -> google.rpc.Status
+	2,  // 36: general_agent.v1.RunFinishedEvent.outcome:type_name -> general_agent.v1.RunOutcome
+	3,  // 37: general_agent.v1.RunFinishedEvent.reason:type_name -> general_agent.v1.RunReason
+	1,  // 38: general_agent.v1.RunFinishedEvent.stop_reason:type_name -> general_agent.v1.StopReason
+	30, // 39: general_agent.v1.RunFinishedEvent.error:type_name -> google.rpc.Status
+	31, // 40: general_agent.v1.RunFinishedEvent.usage:type_name -> general_agent.v1.Usage
+	41, // [41:41] is the sub-list for method output_type
+	41, // [41:41] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_general_agent_v1_event_proto_init() }
@@ -1860,6 +2127,7 @@ func file_general_agent_v1_event_proto_init() {
 	if File_general_agent_v1_event_proto != nil {
 		return
 	}
+	file_general_agent_v1_approval_proto_init()
 	file_general_agent_v1_content_proto_init()
 	file_general_agent_v1_session_proto_init()
 	file_general_agent_v1_event_proto_msgTypes[0].OneofWrappers = []any{
@@ -1878,6 +2146,8 @@ func file_general_agent_v1_event_proto_init() {
 		(*SessionEvent_TurnComplete)(nil),
 		(*SessionEvent_RunFinished)(nil),
 		(*SessionEvent_SessionReset)(nil),
+		(*SessionEvent_ApprovalRequested)(nil),
+		(*SessionEvent_ApprovalResolved)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1885,7 +2155,7 @@ func file_general_agent_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_general_agent_v1_event_proto_rawDesc), len(file_general_agent_v1_event_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

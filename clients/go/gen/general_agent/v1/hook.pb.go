@@ -1162,9 +1162,12 @@ type BeforeToolCallResult struct {
 	Block bool `protobuf:"varint,2,opt,name=block,proto3" json:"block,omitempty"`
 	// Error text given to the model when blocking. Empty means "Tool call
 	// blocked by plugin hook <plugin_id>".
-	BlockReason   string `protobuf:"bytes,3,opt,name=block_reason,json=blockReason,proto3" json:"block_reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BlockReason string `protobuf:"bytes,3,opt,name=block_reason,json=blockReason,proto3" json:"block_reason,omitempty"`
+	// Ask a person to approve the call before it runs (docs/protocol.md,
+	// "Tool approvals").
+	RequireApproval *ToolApprovalRequest `protobuf:"bytes,4,opt,name=require_approval,json=requireApproval,proto3" json:"require_approval,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *BeforeToolCallResult) Reset() {
@@ -1216,6 +1219,13 @@ func (x *BeforeToolCallResult) GetBlockReason() string {
 		return x.BlockReason
 	}
 	return ""
+}
+
+func (x *BeforeToolCallResult) GetRequireApproval() *ToolApprovalRequest {
+	if x != nil {
+		return x.RequireApproval
+	}
+	return nil
 }
 
 // after_tool_call: after every tool outcome (including blocked, unknown and
@@ -3182,7 +3192,7 @@ var File_general_agent_v1_hook_proto protoreflect.FileDescriptor
 
 const file_general_agent_v1_hook_proto_rawDesc = "" +
 	"\n" +
-	"\x1bgeneral_agent/v1/hook.proto\x12\x10general_agent.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\x03\n" +
+	"\x1bgeneral_agent/v1/hook.proto\x12\x10general_agent.v1\x1a\x1fgeneral_agent/v1/approval.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\x03\n" +
 	"\vHookContext\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1f\n" +
@@ -3276,11 +3286,12 @@ const file_general_agent_v1_hook_proto_rawDesc = "" +
 	"paramsJson\x12\x15\n" +
 	"\x06run_id\x18\x04 \x01(\tR\x05runId\x12 \n" +
 	"\ftool_call_id\x18\x05 \x01(\tR\n" +
-	"toolCallId\"\x90\x01\n" +
+	"toolCallId\"\xe2\x01\n" +
 	"\x14BeforeToolCallResult\x124\n" +
 	"\x06params\x18\x01 \x01(\v2\x17.google.protobuf.StructH\x00R\x06params\x88\x01\x01\x12\x14\n" +
 	"\x05block\x18\x02 \x01(\bR\x05block\x12!\n" +
-	"\fblock_reason\x18\x03 \x01(\tR\vblockReasonB\t\n" +
+	"\fblock_reason\x18\x03 \x01(\tR\vblockReason\x12P\n" +
+	"\x10require_approval\x18\x04 \x01(\v2%.general_agent.v1.ToolApprovalRequestR\x0frequireApprovalB\t\n" +
 	"\a_params\"\xa4\x02\n" +
 	"\x12AfterToolCallEvent\x12\x1b\n" +
 	"\ttool_name\x18\x01 \x01(\tR\btoolName\x12/\n" +
@@ -3507,7 +3518,8 @@ var file_general_agent_v1_hook_proto_goTypes = []any{
 	(*GatewayStartEvent)(nil),            // 39: general_agent.v1.GatewayStartEvent
 	(*GatewayStopEvent)(nil),             // 40: general_agent.v1.GatewayStopEvent
 	(*structpb.Struct)(nil),              // 41: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),        // 42: google.protobuf.Timestamp
+	(*ToolApprovalRequest)(nil),          // 42: general_agent.v1.ToolApprovalRequest
+	(*timestamppb.Timestamp)(nil),        // 43: google.protobuf.Timestamp
 }
 var file_general_agent_v1_hook_proto_depIdxs = []int32{
 	41, // 0: general_agent.v1.HookContext.extra:type_name -> google.protobuf.Struct
@@ -3520,28 +3532,29 @@ var file_general_agent_v1_hook_proto_depIdxs = []int32{
 	3,  // 7: general_agent.v1.LlmOutputEvent.usage:type_name -> general_agent.v1.HookUsage
 	41, // 8: general_agent.v1.BeforeToolCallEvent.params:type_name -> google.protobuf.Struct
 	41, // 9: general_agent.v1.BeforeToolCallResult.params:type_name -> google.protobuf.Struct
-	41, // 10: general_agent.v1.AfterToolCallEvent.params:type_name -> google.protobuf.Struct
-	41, // 11: general_agent.v1.AfterToolCallEvent.result:type_name -> google.protobuf.Struct
-	41, // 12: general_agent.v1.ToolResultPersistEvent.message:type_name -> google.protobuf.Struct
-	41, // 13: general_agent.v1.ToolResultPersistResult.message:type_name -> google.protobuf.Struct
-	41, // 14: general_agent.v1.BeforeMessageWriteEvent.message:type_name -> google.protobuf.Struct
-	41, // 15: general_agent.v1.BeforeMessageWriteResult.message:type_name -> google.protobuf.Struct
-	2,  // 16: general_agent.v1.BeforeCompactionEvent.messages:type_name -> general_agent.v1.HookMessages
-	2,  // 17: general_agent.v1.BeforeResetEvent.messages:type_name -> general_agent.v1.HookMessages
-	0,  // 18: general_agent.v1.SubagentSpawningResult.status:type_name -> general_agent.v1.SubagentSpawningStatus
-	41, // 19: general_agent.v1.SubagentDeliveryTargetResult.origin:type_name -> google.protobuf.Struct
-	42, // 20: general_agent.v1.SubagentEndedEvent.ended_at:type_name -> google.protobuf.Timestamp
-	42, // 21: general_agent.v1.InboundClaimEvent.timestamp:type_name -> google.protobuf.Timestamp
-	41, // 22: general_agent.v1.InboundClaimEvent.metadata:type_name -> google.protobuf.Struct
-	42, // 23: general_agent.v1.BeforeDispatchEvent.timestamp:type_name -> google.protobuf.Timestamp
-	42, // 24: general_agent.v1.MessageReceivedEvent.timestamp:type_name -> google.protobuf.Timestamp
-	41, // 25: general_agent.v1.MessageReceivedEvent.metadata:type_name -> google.protobuf.Struct
-	41, // 26: general_agent.v1.MessageSendingEvent.metadata:type_name -> google.protobuf.Struct
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	42, // 10: general_agent.v1.BeforeToolCallResult.require_approval:type_name -> general_agent.v1.ToolApprovalRequest
+	41, // 11: general_agent.v1.AfterToolCallEvent.params:type_name -> google.protobuf.Struct
+	41, // 12: general_agent.v1.AfterToolCallEvent.result:type_name -> google.protobuf.Struct
+	41, // 13: general_agent.v1.ToolResultPersistEvent.message:type_name -> google.protobuf.Struct
+	41, // 14: general_agent.v1.ToolResultPersistResult.message:type_name -> google.protobuf.Struct
+	41, // 15: general_agent.v1.BeforeMessageWriteEvent.message:type_name -> google.protobuf.Struct
+	41, // 16: general_agent.v1.BeforeMessageWriteResult.message:type_name -> google.protobuf.Struct
+	2,  // 17: general_agent.v1.BeforeCompactionEvent.messages:type_name -> general_agent.v1.HookMessages
+	2,  // 18: general_agent.v1.BeforeResetEvent.messages:type_name -> general_agent.v1.HookMessages
+	0,  // 19: general_agent.v1.SubagentSpawningResult.status:type_name -> general_agent.v1.SubagentSpawningStatus
+	41, // 20: general_agent.v1.SubagentDeliveryTargetResult.origin:type_name -> google.protobuf.Struct
+	43, // 21: general_agent.v1.SubagentEndedEvent.ended_at:type_name -> google.protobuf.Timestamp
+	43, // 22: general_agent.v1.InboundClaimEvent.timestamp:type_name -> google.protobuf.Timestamp
+	41, // 23: general_agent.v1.InboundClaimEvent.metadata:type_name -> google.protobuf.Struct
+	43, // 24: general_agent.v1.BeforeDispatchEvent.timestamp:type_name -> google.protobuf.Timestamp
+	43, // 25: general_agent.v1.MessageReceivedEvent.timestamp:type_name -> google.protobuf.Timestamp
+	41, // 26: general_agent.v1.MessageReceivedEvent.metadata:type_name -> google.protobuf.Struct
+	41, // 27: general_agent.v1.MessageSendingEvent.metadata:type_name -> google.protobuf.Struct
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_general_agent_v1_hook_proto_init() }
@@ -3549,6 +3562,7 @@ func file_general_agent_v1_hook_proto_init() {
 	if File_general_agent_v1_hook_proto != nil {
 		return
 	}
+	file_general_agent_v1_approval_proto_init()
 	file_general_agent_v1_hook_proto_msgTypes[4].OneofWrappers = []any{}
 	file_general_agent_v1_hook_proto_msgTypes[6].OneofWrappers = []any{}
 	file_general_agent_v1_hook_proto_msgTypes[8].OneofWrappers = []any{}

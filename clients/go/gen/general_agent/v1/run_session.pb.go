@@ -41,6 +41,7 @@ type RunSessionRequest struct {
 	//	*RunSessionRequest_ClearStop
 	//	*RunSessionRequest_Cancel
 	//	*RunSessionRequest_Ping
+	//	*RunSessionRequest_ResolveApproval
 	Command       isRunSessionRequest_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -155,6 +156,15 @@ func (x *RunSessionRequest) GetPing() *RunSessionPing {
 	return nil
 }
 
+func (x *RunSessionRequest) GetResolveApproval() *RunSessionResolveApproval {
+	if x != nil {
+		if x, ok := x.Command.(*RunSessionRequest_ResolveApproval); ok {
+			return x.ResolveApproval
+		}
+	}
+	return nil
+}
+
 type isRunSessionRequest_Command interface {
 	isRunSessionRequest_Command()
 }
@@ -199,6 +209,11 @@ type RunSessionRequest_Ping struct {
 	Ping *RunSessionPing `protobuf:"bytes,8,opt,name=ping,proto3,oneof"`
 }
 
+type RunSessionRequest_ResolveApproval struct {
+	// Answer a call waiting for approval.
+	ResolveApproval *RunSessionResolveApproval `protobuf:"bytes,9,opt,name=resolve_approval,json=resolveApproval,proto3,oneof"`
+}
+
 func (*RunSessionRequest_Attach) isRunSessionRequest_Command() {}
 
 func (*RunSessionRequest_Turn) isRunSessionRequest_Command() {}
@@ -215,6 +230,99 @@ func (*RunSessionRequest_Cancel) isRunSessionRequest_Command() {}
 
 func (*RunSessionRequest_Ping) isRunSessionRequest_Command() {}
 
+func (*RunSessionRequest_ResolveApproval) isRunSessionRequest_Command() {}
+
+// Answer a call waiting for approval (as ResolveApproval).
+type RunSessionResolveApproval struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Echoed in the command_result.
+	CommandId string `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// The call.
+	CallId string `protobuf:"bytes,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The answer.
+	Decision ApprovalDecision `protobuf:"varint,3,opt,name=decision,proto3,enum=general_agent.v1.ApprovalDecision" json:"decision,omitempty"`
+	// A replacement input (APPROVE, APPROVE_ALWAYS).
+	EditedInput *structpb.Struct `protobuf:"bytes,4,opt,name=edited_input,json=editedInput,proto3" json:"edited_input,omitempty"`
+	// The replacement input as exact JSON text (preferred).
+	EditedInputJson string `protobuf:"bytes,5,opt,name=edited_input_json,json=editedInputJson,proto3" json:"edited_input_json,omitempty"`
+	// With DENY: the text the model gets.
+	Message       string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunSessionResolveApproval) Reset() {
+	*x = RunSessionResolveApproval{}
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunSessionResolveApproval) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunSessionResolveApproval) ProtoMessage() {}
+
+func (x *RunSessionResolveApproval) ProtoReflect() protoreflect.Message {
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunSessionResolveApproval.ProtoReflect.Descriptor instead.
+func (*RunSessionResolveApproval) Descriptor() ([]byte, []int) {
+	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RunSessionResolveApproval) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *RunSessionResolveApproval) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *RunSessionResolveApproval) GetDecision() ApprovalDecision {
+	if x != nil {
+		return x.Decision
+	}
+	return ApprovalDecision_APPROVAL_DECISION_UNSPECIFIED
+}
+
+func (x *RunSessionResolveApproval) GetEditedInput() *structpb.Struct {
+	if x != nil {
+		return x.EditedInput
+	}
+	return nil
+}
+
+func (x *RunSessionResolveApproval) GetEditedInputJson() string {
+	if x != nil {
+		return x.EditedInputJson
+	}
+	return ""
+}
+
+func (x *RunSessionResolveApproval) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // Attach to a session.
 type RunSessionAttach struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -230,7 +338,7 @@ type RunSessionAttach struct {
 
 func (x *RunSessionAttach) Reset() {
 	*x = RunSessionAttach{}
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[1]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -242,7 +350,7 @@ func (x *RunSessionAttach) String() string {
 func (*RunSessionAttach) ProtoMessage() {}
 
 func (x *RunSessionAttach) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[1]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -255,7 +363,7 @@ func (x *RunSessionAttach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSessionAttach.ProtoReflect.Descriptor instead.
 func (*RunSessionAttach) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{1}
+	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RunSessionAttach) GetSessionId() string {
@@ -296,7 +404,7 @@ type RunSessionTurn struct {
 
 func (x *RunSessionTurn) Reset() {
 	*x = RunSessionTurn{}
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[2]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -308,7 +416,7 @@ func (x *RunSessionTurn) String() string {
 func (*RunSessionTurn) ProtoMessage() {}
 
 func (x *RunSessionTurn) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[2]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -321,7 +429,7 @@ func (x *RunSessionTurn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSessionTurn.ProtoReflect.Descriptor instead.
 func (*RunSessionTurn) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{2}
+	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RunSessionTurn) GetCommandId() string {
@@ -375,7 +483,7 @@ type RunSessionHostedResult struct {
 
 func (x *RunSessionHostedResult) Reset() {
 	*x = RunSessionHostedResult{}
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[3]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -387,7 +495,7 @@ func (x *RunSessionHostedResult) String() string {
 func (*RunSessionHostedResult) ProtoMessage() {}
 
 func (x *RunSessionHostedResult) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[3]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -400,7 +508,7 @@ func (x *RunSessionHostedResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSessionHostedResult.ProtoReflect.Descriptor instead.
 func (*RunSessionHostedResult) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{3}
+	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RunSessionHostedResult) GetCommandId() string {
@@ -496,7 +604,7 @@ type RunSessionInject struct {
 
 func (x *RunSessionInject) Reset() {
 	*x = RunSessionInject{}
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[4]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +616,7 @@ func (x *RunSessionInject) String() string {
 func (*RunSessionInject) ProtoMessage() {}
 
 func (x *RunSessionInject) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[4]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +629,7 @@ func (x *RunSessionInject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSessionInject.ProtoReflect.Descriptor instead.
 func (*RunSessionInject) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{4}
+	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RunSessionInject) GetCommandId() string {
@@ -549,7 +657,7 @@ type RunSessionStop struct {
 
 func (x *RunSessionStop) Reset() {
 	*x = RunSessionStop{}
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[5]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +669,7 @@ func (x *RunSessionStop) String() string {
 func (*RunSessionStop) ProtoMessage() {}
 
 func (x *RunSessionStop) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[5]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +682,7 @@ func (x *RunSessionStop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSessionStop.ProtoReflect.Descriptor instead.
 func (*RunSessionStop) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{5}
+	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RunSessionStop) GetCommandId() string {
@@ -595,7 +703,7 @@ type RunSessionClearStop struct {
 
 func (x *RunSessionClearStop) Reset() {
 	*x = RunSessionClearStop{}
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[6]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -607,7 +715,7 @@ func (x *RunSessionClearStop) String() string {
 func (*RunSessionClearStop) ProtoMessage() {}
 
 func (x *RunSessionClearStop) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[6]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -620,7 +728,7 @@ func (x *RunSessionClearStop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSessionClearStop.ProtoReflect.Descriptor instead.
 func (*RunSessionClearStop) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{6}
+	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RunSessionClearStop) GetCommandId() string {
@@ -643,7 +751,7 @@ type RunSessionCancel struct {
 
 func (x *RunSessionCancel) Reset() {
 	*x = RunSessionCancel{}
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[7]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +763,7 @@ func (x *RunSessionCancel) String() string {
 func (*RunSessionCancel) ProtoMessage() {}
 
 func (x *RunSessionCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[7]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +776,7 @@ func (x *RunSessionCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSessionCancel.ProtoReflect.Descriptor instead.
 func (*RunSessionCancel) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{7}
+	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RunSessionCancel) GetCommandId() string {
@@ -694,7 +802,7 @@ type RunSessionPing struct {
 
 func (x *RunSessionPing) Reset() {
 	*x = RunSessionPing{}
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[8]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +814,7 @@ func (x *RunSessionPing) String() string {
 func (*RunSessionPing) ProtoMessage() {}
 
 func (x *RunSessionPing) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[8]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +827,7 @@ func (x *RunSessionPing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSessionPing.ProtoReflect.Descriptor instead.
 func (*RunSessionPing) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{8}
+	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{9}
 }
 
 // A server message on RunSession.
@@ -741,7 +849,7 @@ type RunSessionResponse struct {
 
 func (x *RunSessionResponse) Reset() {
 	*x = RunSessionResponse{}
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[9]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +861,7 @@ func (x *RunSessionResponse) String() string {
 func (*RunSessionResponse) ProtoMessage() {}
 
 func (x *RunSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[9]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +874,7 @@ func (x *RunSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSessionResponse.ProtoReflect.Descriptor instead.
 func (*RunSessionResponse) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{9}
+	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RunSessionResponse) GetResponse() isRunSessionResponse_Response {
@@ -845,7 +953,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[10]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +965,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[10]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +978,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{10}
+	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -912,7 +1020,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[11]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1032,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_run_session_proto_msgTypes[11]
+	mi := &file_general_agent_v1_run_session_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1045,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{11}
+	return file_general_agent_v1_run_session_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Heartbeat) GetLastSequence() int64 {
@@ -951,7 +1059,7 @@ var File_general_agent_v1_run_session_proto protoreflect.FileDescriptor
 
 const file_general_agent_v1_run_session_proto_rawDesc = "" +
 	"\n" +
-	"\"general_agent/v1/run_session.proto\x12\x10general_agent.v1\x1a\x1egeneral_agent/v1/content.proto\x1a\x1cgeneral_agent/v1/event.proto\x1a\x1bgeneral_agent/v1/turn.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x17google/rpc/status.proto\"\x99\x04\n" +
+	"\"general_agent/v1/run_session.proto\x12\x10general_agent.v1\x1a\x1fgeneral_agent/v1/approval.proto\x1a\x1egeneral_agent/v1/content.proto\x1a\x1cgeneral_agent/v1/event.proto\x1a\x1bgeneral_agent/v1/turn.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x17google/rpc/status.proto\"\xf3\x04\n" +
 	"\x11RunSessionRequest\x12<\n" +
 	"\x06attach\x18\x01 \x01(\v2\".general_agent.v1.RunSessionAttachH\x00R\x06attach\x126\n" +
 	"\x04turn\x18\x02 \x01(\v2 .general_agent.v1.RunSessionTurnH\x00R\x04turn\x12O\n" +
@@ -961,8 +1069,17 @@ const file_general_agent_v1_run_session_proto_rawDesc = "" +
 	"\n" +
 	"clear_stop\x18\x06 \x01(\v2%.general_agent.v1.RunSessionClearStopH\x00R\tclearStop\x12<\n" +
 	"\x06cancel\x18\a \x01(\v2\".general_agent.v1.RunSessionCancelH\x00R\x06cancel\x126\n" +
-	"\x04ping\x18\b \x01(\v2 .general_agent.v1.RunSessionPingH\x00R\x04pingB\t\n" +
-	"\acommand\"\xb5\x01\n" +
+	"\x04ping\x18\b \x01(\v2 .general_agent.v1.RunSessionPingH\x00R\x04ping\x12X\n" +
+	"\x10resolve_approval\x18\t \x01(\v2+.general_agent.v1.RunSessionResolveApprovalH\x00R\x0fresolveApprovalB\t\n" +
+	"\acommand\"\x95\x02\n" +
+	"\x19RunSessionResolveApproval\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x17\n" +
+	"\acall_id\x18\x02 \x01(\tR\x06callId\x12>\n" +
+	"\bdecision\x18\x03 \x01(\x0e2\".general_agent.v1.ApprovalDecisionR\bdecision\x12:\n" +
+	"\fedited_input\x18\x04 \x01(\v2\x17.google.protobuf.StructR\veditedInput\x12*\n" +
+	"\x11edited_input_json\x18\x05 \x01(\tR\x0feditedInputJson\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\"\xb5\x01\n" +
 	"\x10RunSessionAttach\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12*\n" +
@@ -1029,51 +1146,57 @@ func file_general_agent_v1_run_session_proto_rawDescGZIP() []byte {
 	return file_general_agent_v1_run_session_proto_rawDescData
 }
 
-var file_general_agent_v1_run_session_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_general_agent_v1_run_session_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_general_agent_v1_run_session_proto_goTypes = []any{
-	(*RunSessionRequest)(nil),      // 0: general_agent.v1.RunSessionRequest
-	(*RunSessionAttach)(nil),       // 1: general_agent.v1.RunSessionAttach
-	(*RunSessionTurn)(nil),         // 2: general_agent.v1.RunSessionTurn
-	(*RunSessionHostedResult)(nil), // 3: general_agent.v1.RunSessionHostedResult
-	(*RunSessionInject)(nil),       // 4: general_agent.v1.RunSessionInject
-	(*RunSessionStop)(nil),         // 5: general_agent.v1.RunSessionStop
-	(*RunSessionClearStop)(nil),    // 6: general_agent.v1.RunSessionClearStop
-	(*RunSessionCancel)(nil),       // 7: general_agent.v1.RunSessionCancel
-	(*RunSessionPing)(nil),         // 8: general_agent.v1.RunSessionPing
-	(*RunSessionResponse)(nil),     // 9: general_agent.v1.RunSessionResponse
-	(*CommandResult)(nil),          // 10: general_agent.v1.CommandResult
-	(*Heartbeat)(nil),              // 11: general_agent.v1.Heartbeat
-	(OnDisconnect)(0),              // 12: general_agent.v1.OnDisconnect
-	(*ContentPart)(nil),            // 13: general_agent.v1.ContentPart
-	(*TurnOptions)(nil),            // 14: general_agent.v1.TurnOptions
-	(*structpb.Value)(nil),         // 15: google.protobuf.Value
-	(*SessionEvent)(nil),           // 16: general_agent.v1.SessionEvent
-	(*status.Status)(nil),          // 17: google.rpc.Status
+	(*RunSessionRequest)(nil),         // 0: general_agent.v1.RunSessionRequest
+	(*RunSessionResolveApproval)(nil), // 1: general_agent.v1.RunSessionResolveApproval
+	(*RunSessionAttach)(nil),          // 2: general_agent.v1.RunSessionAttach
+	(*RunSessionTurn)(nil),            // 3: general_agent.v1.RunSessionTurn
+	(*RunSessionHostedResult)(nil),    // 4: general_agent.v1.RunSessionHostedResult
+	(*RunSessionInject)(nil),          // 5: general_agent.v1.RunSessionInject
+	(*RunSessionStop)(nil),            // 6: general_agent.v1.RunSessionStop
+	(*RunSessionClearStop)(nil),       // 7: general_agent.v1.RunSessionClearStop
+	(*RunSessionCancel)(nil),          // 8: general_agent.v1.RunSessionCancel
+	(*RunSessionPing)(nil),            // 9: general_agent.v1.RunSessionPing
+	(*RunSessionResponse)(nil),        // 10: general_agent.v1.RunSessionResponse
+	(*CommandResult)(nil),             // 11: general_agent.v1.CommandResult
+	(*Heartbeat)(nil),                 // 12: general_agent.v1.Heartbeat
+	(ApprovalDecision)(0),             // 13: general_agent.v1.ApprovalDecision
+	(*structpb.Struct)(nil),           // 14: google.protobuf.Struct
+	(OnDisconnect)(0),                 // 15: general_agent.v1.OnDisconnect
+	(*ContentPart)(nil),               // 16: general_agent.v1.ContentPart
+	(*TurnOptions)(nil),               // 17: general_agent.v1.TurnOptions
+	(*structpb.Value)(nil),            // 18: google.protobuf.Value
+	(*SessionEvent)(nil),              // 19: general_agent.v1.SessionEvent
+	(*status.Status)(nil),             // 20: google.rpc.Status
 }
 var file_general_agent_v1_run_session_proto_depIdxs = []int32{
-	1,  // 0: general_agent.v1.RunSessionRequest.attach:type_name -> general_agent.v1.RunSessionAttach
-	2,  // 1: general_agent.v1.RunSessionRequest.turn:type_name -> general_agent.v1.RunSessionTurn
-	3,  // 2: general_agent.v1.RunSessionRequest.hosted_result:type_name -> general_agent.v1.RunSessionHostedResult
-	4,  // 3: general_agent.v1.RunSessionRequest.inject:type_name -> general_agent.v1.RunSessionInject
-	5,  // 4: general_agent.v1.RunSessionRequest.stop:type_name -> general_agent.v1.RunSessionStop
-	6,  // 5: general_agent.v1.RunSessionRequest.clear_stop:type_name -> general_agent.v1.RunSessionClearStop
-	7,  // 6: general_agent.v1.RunSessionRequest.cancel:type_name -> general_agent.v1.RunSessionCancel
-	8,  // 7: general_agent.v1.RunSessionRequest.ping:type_name -> general_agent.v1.RunSessionPing
-	12, // 8: general_agent.v1.RunSessionAttach.on_disconnect:type_name -> general_agent.v1.OnDisconnect
-	13, // 9: general_agent.v1.RunSessionTurn.input:type_name -> general_agent.v1.ContentPart
-	14, // 10: general_agent.v1.RunSessionTurn.options:type_name -> general_agent.v1.TurnOptions
-	15, // 11: general_agent.v1.RunSessionHostedResult.output:type_name -> google.protobuf.Value
-	15, // 12: general_agent.v1.RunSessionHostedResult.details:type_name -> google.protobuf.Value
-	13, // 13: general_agent.v1.RunSessionInject.input:type_name -> general_agent.v1.ContentPart
-	16, // 14: general_agent.v1.RunSessionResponse.event:type_name -> general_agent.v1.SessionEvent
-	10, // 15: general_agent.v1.RunSessionResponse.command_result:type_name -> general_agent.v1.CommandResult
-	11, // 16: general_agent.v1.RunSessionResponse.heartbeat:type_name -> general_agent.v1.Heartbeat
-	17, // 17: general_agent.v1.CommandResult.status:type_name -> google.rpc.Status
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	2,  // 0: general_agent.v1.RunSessionRequest.attach:type_name -> general_agent.v1.RunSessionAttach
+	3,  // 1: general_agent.v1.RunSessionRequest.turn:type_name -> general_agent.v1.RunSessionTurn
+	4,  // 2: general_agent.v1.RunSessionRequest.hosted_result:type_name -> general_agent.v1.RunSessionHostedResult
+	5,  // 3: general_agent.v1.RunSessionRequest.inject:type_name -> general_agent.v1.RunSessionInject
+	6,  // 4: general_agent.v1.RunSessionRequest.stop:type_name -> general_agent.v1.RunSessionStop
+	7,  // 5: general_agent.v1.RunSessionRequest.clear_stop:type_name -> general_agent.v1.RunSessionClearStop
+	8,  // 6: general_agent.v1.RunSessionRequest.cancel:type_name -> general_agent.v1.RunSessionCancel
+	9,  // 7: general_agent.v1.RunSessionRequest.ping:type_name -> general_agent.v1.RunSessionPing
+	1,  // 8: general_agent.v1.RunSessionRequest.resolve_approval:type_name -> general_agent.v1.RunSessionResolveApproval
+	13, // 9: general_agent.v1.RunSessionResolveApproval.decision:type_name -> general_agent.v1.ApprovalDecision
+	14, // 10: general_agent.v1.RunSessionResolveApproval.edited_input:type_name -> google.protobuf.Struct
+	15, // 11: general_agent.v1.RunSessionAttach.on_disconnect:type_name -> general_agent.v1.OnDisconnect
+	16, // 12: general_agent.v1.RunSessionTurn.input:type_name -> general_agent.v1.ContentPart
+	17, // 13: general_agent.v1.RunSessionTurn.options:type_name -> general_agent.v1.TurnOptions
+	18, // 14: general_agent.v1.RunSessionHostedResult.output:type_name -> google.protobuf.Value
+	18, // 15: general_agent.v1.RunSessionHostedResult.details:type_name -> google.protobuf.Value
+	16, // 16: general_agent.v1.RunSessionInject.input:type_name -> general_agent.v1.ContentPart
+	19, // 17: general_agent.v1.RunSessionResponse.event:type_name -> general_agent.v1.SessionEvent
+	11, // 18: general_agent.v1.RunSessionResponse.command_result:type_name -> general_agent.v1.CommandResult
+	12, // 19: general_agent.v1.RunSessionResponse.heartbeat:type_name -> general_agent.v1.Heartbeat
+	20, // 20: general_agent.v1.CommandResult.status:type_name -> google.rpc.Status
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_general_agent_v1_run_session_proto_init() }
@@ -1081,6 +1204,7 @@ func file_general_agent_v1_run_session_proto_init() {
 	if File_general_agent_v1_run_session_proto != nil {
 		return
 	}
+	file_general_agent_v1_approval_proto_init()
 	file_general_agent_v1_content_proto_init()
 	file_general_agent_v1_event_proto_init()
 	file_general_agent_v1_turn_proto_init()
@@ -1093,14 +1217,15 @@ func file_general_agent_v1_run_session_proto_init() {
 		(*RunSessionRequest_ClearStop)(nil),
 		(*RunSessionRequest_Cancel)(nil),
 		(*RunSessionRequest_Ping)(nil),
+		(*RunSessionRequest_ResolveApproval)(nil),
 	}
-	file_general_agent_v1_run_session_proto_msgTypes[1].OneofWrappers = []any{}
-	file_general_agent_v1_run_session_proto_msgTypes[3].OneofWrappers = []any{
+	file_general_agent_v1_run_session_proto_msgTypes[2].OneofWrappers = []any{}
+	file_general_agent_v1_run_session_proto_msgTypes[4].OneofWrappers = []any{
 		(*RunSessionHostedResult_Output)(nil),
 		(*RunSessionHostedResult_OutputJson)(nil),
 		(*RunSessionHostedResult_Error)(nil),
 	}
-	file_general_agent_v1_run_session_proto_msgTypes[9].OneofWrappers = []any{
+	file_general_agent_v1_run_session_proto_msgTypes[10].OneofWrappers = []any{
 		(*RunSessionResponse_Event)(nil),
 		(*RunSessionResponse_CommandResult)(nil),
 		(*RunSessionResponse_Heartbeat)(nil),
@@ -1111,7 +1236,7 @@ func file_general_agent_v1_run_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_general_agent_v1_run_session_proto_rawDesc), len(file_general_agent_v1_run_session_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

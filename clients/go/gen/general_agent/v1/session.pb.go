@@ -717,7 +717,7 @@ func (x *Usage) GetModelCalls() int64 {
 }
 
 // A hosted session (docs/protocol.md, "Sessions").
-// [#next-free-field: 31]
+// [#next-free-field: 33]
 type Session struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Mode, id and key.
@@ -781,8 +781,13 @@ type Session struct {
 	Etag string `protobuf:"bytes,29,opt,name=etag,proto3" json:"etag,omitempty"`
 	// Messages in the model history.
 	HistoryMessageCount int32 `protobuf:"varint,30,opt,name=history_message_count,json=historyMessageCount,proto3" json:"history_message_count,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// What needs a person's approval before it runs; unset means the server's
+	// default (the `approval_policy` setting).
+	ApprovalPolicy *ApprovalPolicy `protobuf:"bytes,31,opt,name=approval_policy,json=approvalPolicy,proto3" json:"approval_policy,omitempty"`
+	// Tools approved for the rest of the session (APPROVE_ALWAYS answers).
+	ApprovedTools []string `protobuf:"bytes,32,rep,name=approved_tools,json=approvedTools,proto3" json:"approved_tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Session) Reset() {
@@ -1025,6 +1030,20 @@ func (x *Session) GetHistoryMessageCount() int32 {
 	return 0
 }
 
+func (x *Session) GetApprovalPolicy() *ApprovalPolicy {
+	if x != nil {
+		return x.ApprovalPolicy
+	}
+	return nil
+}
+
+func (x *Session) GetApprovedTools() []string {
+	if x != nil {
+		return x.ApprovedTools
+	}
+	return nil
+}
+
 // Settings a Resume/Continue/Fork call may change. Unset fields keep the
 // stored value.
 type SessionOverrides struct {
@@ -1041,9 +1060,12 @@ type SessionOverrides struct {
 	// logged or returned.
 	ApiKey string `protobuf:"bytes,5,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
 	// New max_tokens.
-	MaxTokens     *int32 `protobuf:"varint,6,opt,name=max_tokens,json=maxTokens,proto3,oneof" json:"max_tokens,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxTokens *int32 `protobuf:"varint,6,opt,name=max_tokens,json=maxTokens,proto3,oneof" json:"max_tokens,omitempty"`
+	// A new approval policy; it also clears the tools approved for the rest of
+	// the session.
+	ApprovalPolicy *ApprovalPolicy `protobuf:"bytes,7,opt,name=approval_policy,json=approvalPolicy,proto3" json:"approval_policy,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SessionOverrides) Reset() {
@@ -1118,11 +1140,18 @@ func (x *SessionOverrides) GetMaxTokens() int32 {
 	return 0
 }
 
+func (x *SessionOverrides) GetApprovalPolicy() *ApprovalPolicy {
+	if x != nil {
+		return x.ApprovalPolicy
+	}
+	return nil
+}
+
 var File_general_agent_v1_session_proto protoreflect.FileDescriptor
 
 const file_general_agent_v1_session_proto_rawDesc = "" +
 	"\n" +
-	"\x1egeneral_agent/v1/session.proto\x12\x10general_agent.v1\x1a(general_agent/v1/hook_registration.proto\x1a\"general_agent/v1/hosted_tool.proto\x1a\x1ageneral_agent/v1/mcp.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x84\x01\n" +
+	"\x1egeneral_agent/v1/session.proto\x12\x10general_agent.v1\x1a\x1fgeneral_agent/v1/approval.proto\x1a(general_agent/v1/hook_registration.proto\x1a\"general_agent/v1/hosted_tool.proto\x1a\x1ageneral_agent/v1/mcp.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x84\x01\n" +
 	"\x0fSessionIdentity\x121\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1d.general_agent.v1.SessionModeR\x04mode\x12\x1d\n" +
 	"\n" +
@@ -1163,7 +1192,7 @@ const file_general_agent_v1_session_proto_rawDesc = "" +
 	"\x17cache_read_input_tokens\x18\x03 \x01(\x03R\x14cacheReadInputTokens\x12=\n" +
 	"\x1bcache_creation_input_tokens\x18\x04 \x01(\x03R\x18cacheCreationInputTokens\x12\x1f\n" +
 	"\vmodel_calls\x18\x05 \x01(\x03R\n" +
-	"modelCalls\"\x8c\x0e\n" +
+	"modelCalls\"\x84\x0f\n" +
 	"\aSession\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.general_agent.v1.SessionIdentityR\bidentity\x12\x1c\n" +
 	"\x06tenant\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\x06tenant\x12#\n" +
@@ -1200,13 +1229,15 @@ const file_general_agent_v1_session_proto_rawDesc = "" +
 	"\vupdate_time\x18\x1c \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
 	"updateTime\x12\x18\n" +
 	"\x04etag\x18\x1d \x01(\tB\x04\xe2A\x01\x03R\x04etag\x128\n" +
-	"\x15history_message_count\x18\x1e \x01(\x05B\x04\xe2A\x01\x03R\x13historyMessageCount\x1a`\n" +
+	"\x15history_message_count\x18\x1e \x01(\x05B\x04\xe2A\x01\x03R\x13historyMessageCount\x12I\n" +
+	"\x0fapproval_policy\x18\x1f \x01(\v2 .general_agent.v1.ApprovalPolicyR\x0eapprovalPolicy\x12+\n" +
+	"\x0eapproved_tools\x18  \x03(\tB\x04\xe2A\x01\x03R\rapprovedTools\x1a`\n" +
 	"\x0fMcpServersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x127\n" +
 	"\x05value\x18\x02 \x01(\v2!.general_agent.v1.McpServerConfigR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xce\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x99\x03\n" +
 	"\x10SessionOverrides\x12(\n" +
 	"\rsystem_prompt\x18\x01 \x01(\tH\x00R\fsystemPrompt\x88\x01\x01\x12 \n" +
 	"\tmodel_ref\x18\x02 \x01(\tH\x01R\bmodelRef\x88\x01\x01\x12<\n" +
@@ -1214,7 +1245,8 @@ const file_general_agent_v1_session_proto_rawDesc = "" +
 	"\x0fauth_profile_id\x18\x04 \x01(\tH\x02R\rauthProfileId\x88\x01\x01\x12\x1c\n" +
 	"\aapi_key\x18\x05 \x01(\tB\x03\x80\x01\x01R\x06apiKey\x12\"\n" +
 	"\n" +
-	"max_tokens\x18\x06 \x01(\x05H\x03R\tmaxTokens\x88\x01\x01B\x10\n" +
+	"max_tokens\x18\x06 \x01(\x05H\x03R\tmaxTokens\x88\x01\x01\x12I\n" +
+	"\x0fapproval_policy\x18\a \x01(\v2 .general_agent.v1.ApprovalPolicyR\x0eapprovalPolicyB\x10\n" +
 	"\x0e_system_promptB\f\n" +
 	"\n" +
 	"_model_refB\x12\n" +
@@ -1270,7 +1302,8 @@ var file_general_agent_v1_session_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
 	(*HostedToolDefinition)(nil),  // 17: general_agent.v1.HostedToolDefinition
 	(*HookRegistration)(nil),      // 18: general_agent.v1.HookRegistration
-	(*McpServerConfig)(nil),       // 19: general_agent.v1.McpServerConfig
+	(*ApprovalPolicy)(nil),        // 19: general_agent.v1.ApprovalPolicy
+	(*McpServerConfig)(nil),       // 20: general_agent.v1.McpServerConfig
 }
 var file_general_agent_v1_session_proto_depIdxs = []int32{
 	0,  // 0: general_agent.v1.SessionIdentity.mode:type_name -> general_agent.v1.SessionMode
@@ -1294,13 +1327,15 @@ var file_general_agent_v1_session_proto_depIdxs = []int32{
 	10, // 18: general_agent.v1.Session.cumulative_usage:type_name -> general_agent.v1.Usage
 	16, // 19: general_agent.v1.Session.create_time:type_name -> google.protobuf.Timestamp
 	16, // 20: general_agent.v1.Session.update_time:type_name -> google.protobuf.Timestamp
-	4,  // 21: general_agent.v1.SessionOverrides.thinking:type_name -> general_agent.v1.ThinkingConfig
-	19, // 22: general_agent.v1.Session.McpServersEntry.value:type_name -> general_agent.v1.McpServerConfig
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	19, // 21: general_agent.v1.Session.approval_policy:type_name -> general_agent.v1.ApprovalPolicy
+	4,  // 22: general_agent.v1.SessionOverrides.thinking:type_name -> general_agent.v1.ThinkingConfig
+	19, // 23: general_agent.v1.SessionOverrides.approval_policy:type_name -> general_agent.v1.ApprovalPolicy
+	20, // 24: general_agent.v1.Session.McpServersEntry.value:type_name -> general_agent.v1.McpServerConfig
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_general_agent_v1_session_proto_init() }
@@ -1308,6 +1343,7 @@ func file_general_agent_v1_session_proto_init() {
 	if File_general_agent_v1_session_proto != nil {
 		return
 	}
+	file_general_agent_v1_approval_proto_init()
 	file_general_agent_v1_hook_registration_proto_init()
 	file_general_agent_v1_hosted_tool_proto_init()
 	file_general_agent_v1_mcp_proto_init()

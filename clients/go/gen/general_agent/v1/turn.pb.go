@@ -499,6 +499,153 @@ func (x *SubmitHostedToolResultResponse) GetEvent() *SessionEvent {
 	return nil
 }
 
+// Request of ResolveApproval.
+type ResolveApprovalRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The call waiting for approval.
+	CallId string `protobuf:"bytes,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The answer.
+	Decision ApprovalDecision `protobuf:"varint,3,opt,name=decision,proto3,enum=general_agent.v1.ApprovalDecision" json:"decision,omitempty"`
+	// A replacement input (APPROVE, APPROVE_ALWAYS): it replaces the shown
+	// input entirely and is validated against the tool's schema.
+	EditedInput *structpb.Struct `protobuf:"bytes,4,opt,name=edited_input,json=editedInput,proto3" json:"edited_input,omitempty"`
+	// The replacement input as exact JSON text (preferred over `edited_input`).
+	EditedInputJson string `protobuf:"bytes,5,opt,name=edited_input_json,json=editedInputJson,proto3" json:"edited_input_json,omitempty"`
+	// With DENY: the text the model gets as the call's error.
+	Message string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	// Disconnect policy for the continuation.
+	OnDisconnect  OnDisconnect `protobuf:"varint,7,opt,name=on_disconnect,json=onDisconnect,proto3,enum=general_agent.v1.OnDisconnect" json:"on_disconnect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveApprovalRequest) Reset() {
+	*x = ResolveApprovalRequest{}
+	mi := &file_general_agent_v1_turn_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveApprovalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveApprovalRequest) ProtoMessage() {}
+
+func (x *ResolveApprovalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_general_agent_v1_turn_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveApprovalRequest.ProtoReflect.Descriptor instead.
+func (*ResolveApprovalRequest) Descriptor() ([]byte, []int) {
+	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ResolveApprovalRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ResolveApprovalRequest) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ResolveApprovalRequest) GetDecision() ApprovalDecision {
+	if x != nil {
+		return x.Decision
+	}
+	return ApprovalDecision_APPROVAL_DECISION_UNSPECIFIED
+}
+
+func (x *ResolveApprovalRequest) GetEditedInput() *structpb.Struct {
+	if x != nil {
+		return x.EditedInput
+	}
+	return nil
+}
+
+func (x *ResolveApprovalRequest) GetEditedInputJson() string {
+	if x != nil {
+		return x.EditedInputJson
+	}
+	return ""
+}
+
+func (x *ResolveApprovalRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ResolveApprovalRequest) GetOnDisconnect() OnDisconnect {
+	if x != nil {
+		return x.OnDisconnect
+	}
+	return OnDisconnect_ON_DISCONNECT_UNSPECIFIED
+}
+
+// One event of ResolveApproval.
+type ResolveApprovalResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event.
+	Event         *SessionEvent `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveApprovalResponse) Reset() {
+	*x = ResolveApprovalResponse{}
+	mi := &file_general_agent_v1_turn_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveApprovalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveApprovalResponse) ProtoMessage() {}
+
+func (x *ResolveApprovalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_general_agent_v1_turn_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveApprovalResponse.ProtoReflect.Descriptor instead.
+func (*ResolveApprovalResponse) Descriptor() ([]byte, []int) {
+	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ResolveApprovalResponse) GetEvent() *SessionEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
 // Request of WatchSession.
 type WatchSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -512,7 +659,7 @@ type WatchSessionRequest struct {
 
 func (x *WatchSessionRequest) Reset() {
 	*x = WatchSessionRequest{}
-	mi := &file_general_agent_v1_turn_proto_msgTypes[5]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -524,7 +671,7 @@ func (x *WatchSessionRequest) String() string {
 func (*WatchSessionRequest) ProtoMessage() {}
 
 func (x *WatchSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_turn_proto_msgTypes[5]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -537,7 +684,7 @@ func (x *WatchSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSessionRequest.ProtoReflect.Descriptor instead.
 func (*WatchSessionRequest) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{5}
+	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WatchSessionRequest) GetSessionId() string {
@@ -565,7 +712,7 @@ type WatchSessionResponse struct {
 
 func (x *WatchSessionResponse) Reset() {
 	*x = WatchSessionResponse{}
-	mi := &file_general_agent_v1_turn_proto_msgTypes[6]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -577,7 +724,7 @@ func (x *WatchSessionResponse) String() string {
 func (*WatchSessionResponse) ProtoMessage() {}
 
 func (x *WatchSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_turn_proto_msgTypes[6]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -590,7 +737,7 @@ func (x *WatchSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSessionResponse.ProtoReflect.Descriptor instead.
 func (*WatchSessionResponse) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{6}
+	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WatchSessionResponse) GetEvent() *SessionEvent {
@@ -615,7 +762,7 @@ type InjectMessageRequest struct {
 
 func (x *InjectMessageRequest) Reset() {
 	*x = InjectMessageRequest{}
-	mi := &file_general_agent_v1_turn_proto_msgTypes[7]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -627,7 +774,7 @@ func (x *InjectMessageRequest) String() string {
 func (*InjectMessageRequest) ProtoMessage() {}
 
 func (x *InjectMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_turn_proto_msgTypes[7]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -640,7 +787,7 @@ func (x *InjectMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectMessageRequest.ProtoReflect.Descriptor instead.
 func (*InjectMessageRequest) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{7}
+	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *InjectMessageRequest) GetSessionId() string {
@@ -677,7 +824,7 @@ type InjectMessageResponse struct {
 
 func (x *InjectMessageResponse) Reset() {
 	*x = InjectMessageResponse{}
-	mi := &file_general_agent_v1_turn_proto_msgTypes[8]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +836,7 @@ func (x *InjectMessageResponse) String() string {
 func (*InjectMessageResponse) ProtoMessage() {}
 
 func (x *InjectMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_turn_proto_msgTypes[8]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +849,7 @@ func (x *InjectMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectMessageResponse.ProtoReflect.Descriptor instead.
 func (*InjectMessageResponse) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{8}
+	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *InjectMessageResponse) GetAccepted() bool {
@@ -730,7 +877,7 @@ type RequestStopRequest struct {
 
 func (x *RequestStopRequest) Reset() {
 	*x = RequestStopRequest{}
-	mi := &file_general_agent_v1_turn_proto_msgTypes[9]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +889,7 @@ func (x *RequestStopRequest) String() string {
 func (*RequestStopRequest) ProtoMessage() {}
 
 func (x *RequestStopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_turn_proto_msgTypes[9]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +902,7 @@ func (x *RequestStopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestStopRequest.ProtoReflect.Descriptor instead.
 func (*RequestStopRequest) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{9}
+	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RequestStopRequest) GetSessionId() string {
@@ -776,7 +923,7 @@ type RequestStopResponse struct {
 
 func (x *RequestStopResponse) Reset() {
 	*x = RequestStopResponse{}
-	mi := &file_general_agent_v1_turn_proto_msgTypes[10]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +935,7 @@ func (x *RequestStopResponse) String() string {
 func (*RequestStopResponse) ProtoMessage() {}
 
 func (x *RequestStopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_turn_proto_msgTypes[10]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +948,7 @@ func (x *RequestStopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestStopResponse.ProtoReflect.Descriptor instead.
 func (*RequestStopResponse) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{10}
+	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RequestStopResponse) GetRunId() string {
@@ -822,7 +969,7 @@ type ClearStopRequest struct {
 
 func (x *ClearStopRequest) Reset() {
 	*x = ClearStopRequest{}
-	mi := &file_general_agent_v1_turn_proto_msgTypes[11]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +981,7 @@ func (x *ClearStopRequest) String() string {
 func (*ClearStopRequest) ProtoMessage() {}
 
 func (x *ClearStopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_turn_proto_msgTypes[11]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +994,7 @@ func (x *ClearStopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearStopRequest.ProtoReflect.Descriptor instead.
 func (*ClearStopRequest) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{11}
+	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClearStopRequest) GetSessionId() string {
@@ -868,7 +1015,7 @@ type ClearStopResponse struct {
 
 func (x *ClearStopResponse) Reset() {
 	*x = ClearStopResponse{}
-	mi := &file_general_agent_v1_turn_proto_msgTypes[12]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +1027,7 @@ func (x *ClearStopResponse) String() string {
 func (*ClearStopResponse) ProtoMessage() {}
 
 func (x *ClearStopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_turn_proto_msgTypes[12]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1040,7 @@ func (x *ClearStopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearStopResponse.ProtoReflect.Descriptor instead.
 func (*ClearStopResponse) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{12}
+	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ClearStopResponse) GetWasSet() bool {
@@ -916,7 +1063,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_general_agent_v1_turn_proto_msgTypes[13]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1075,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_turn_proto_msgTypes[13]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1088,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{13}
+	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelRunRequest) GetSessionId() string {
@@ -971,7 +1118,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_general_agent_v1_turn_proto_msgTypes[14]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +1130,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_general_agent_v1_turn_proto_msgTypes[14]
+	mi := &file_general_agent_v1_turn_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1143,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{14}
+	return file_general_agent_v1_turn_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelRunResponse) GetCancelled() bool {
@@ -1017,7 +1164,7 @@ var File_general_agent_v1_turn_proto protoreflect.FileDescriptor
 
 const file_general_agent_v1_turn_proto_rawDesc = "" +
 	"\n" +
-	"\x1bgeneral_agent/v1/turn.proto\x12\x10general_agent.v1\x1a\x1egeneral_agent/v1/content.proto\x1a\x1cgeneral_agent/v1/event.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x91\x01\n" +
+	"\x1bgeneral_agent/v1/turn.proto\x12\x10general_agent.v1\x1a\x1fgeneral_agent/v1/approval.proto\x1a\x1egeneral_agent/v1/content.proto\x1a\x1cgeneral_agent/v1/event.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x91\x01\n" +
 	"\vTurnOptions\x12=\n" +
 	"\vbusy_policy\x18\x01 \x01(\x0e2\x1c.general_agent.v1.BusyPolicyR\n" +
 	"busyPolicy\x12C\n" +
@@ -1043,6 +1190,17 @@ const file_general_agent_v1_turn_proto_rawDesc = "" +
 	"\ron_disconnect\x18\a \x01(\x0e2\x1e.general_agent.v1.OnDisconnectR\fonDisconnectB\b\n" +
 	"\x06result\"V\n" +
 	"\x1eSubmitHostedToolResultResponse\x124\n" +
+	"\x05event\x18\x01 \x01(\v2\x1e.general_agent.v1.SessionEventR\x05event\"\xe9\x02\n" +
+	"\x16ResolveApprovalRequest\x12#\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\tsessionId\x12\x1d\n" +
+	"\acall_id\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\x06callId\x12D\n" +
+	"\bdecision\x18\x03 \x01(\x0e2\".general_agent.v1.ApprovalDecisionB\x04\xe2A\x01\x02R\bdecision\x12:\n" +
+	"\fedited_input\x18\x04 \x01(\v2\x17.google.protobuf.StructR\veditedInput\x12*\n" +
+	"\x11edited_input_json\x18\x05 \x01(\tR\x0feditedInputJson\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x12C\n" +
+	"\ron_disconnect\x18\a \x01(\x0e2\x1e.general_agent.v1.OnDisconnectR\fonDisconnect\"O\n" +
+	"\x17ResolveApprovalResponse\x124\n" +
 	"\x05event\x18\x01 \x01(\v2\x1e.general_agent.v1.SessionEventR\x05event\"y\n" +
 	"\x13WatchSessionRequest\x12#\n" +
 	"\n" +
@@ -1103,7 +1261,7 @@ func file_general_agent_v1_turn_proto_rawDescGZIP() []byte {
 }
 
 var file_general_agent_v1_turn_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_general_agent_v1_turn_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_general_agent_v1_turn_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_general_agent_v1_turn_proto_goTypes = []any{
 	(BusyPolicy)(0),                        // 0: general_agent.v1.BusyPolicy
 	(OnDisconnect)(0),                      // 1: general_agent.v1.OnDisconnect
@@ -1112,37 +1270,45 @@ var file_general_agent_v1_turn_proto_goTypes = []any{
 	(*StreamTurnResponse)(nil),             // 4: general_agent.v1.StreamTurnResponse
 	(*SubmitHostedToolResultRequest)(nil),  // 5: general_agent.v1.SubmitHostedToolResultRequest
 	(*SubmitHostedToolResultResponse)(nil), // 6: general_agent.v1.SubmitHostedToolResultResponse
-	(*WatchSessionRequest)(nil),            // 7: general_agent.v1.WatchSessionRequest
-	(*WatchSessionResponse)(nil),           // 8: general_agent.v1.WatchSessionResponse
-	(*InjectMessageRequest)(nil),           // 9: general_agent.v1.InjectMessageRequest
-	(*InjectMessageResponse)(nil),          // 10: general_agent.v1.InjectMessageResponse
-	(*RequestStopRequest)(nil),             // 11: general_agent.v1.RequestStopRequest
-	(*RequestStopResponse)(nil),            // 12: general_agent.v1.RequestStopResponse
-	(*ClearStopRequest)(nil),               // 13: general_agent.v1.ClearStopRequest
-	(*ClearStopResponse)(nil),              // 14: general_agent.v1.ClearStopResponse
-	(*CancelRunRequest)(nil),               // 15: general_agent.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),              // 16: general_agent.v1.CancelRunResponse
-	(*ContentPart)(nil),                    // 17: general_agent.v1.ContentPart
-	(*SessionEvent)(nil),                   // 18: general_agent.v1.SessionEvent
-	(*structpb.Value)(nil),                 // 19: google.protobuf.Value
+	(*ResolveApprovalRequest)(nil),         // 7: general_agent.v1.ResolveApprovalRequest
+	(*ResolveApprovalResponse)(nil),        // 8: general_agent.v1.ResolveApprovalResponse
+	(*WatchSessionRequest)(nil),            // 9: general_agent.v1.WatchSessionRequest
+	(*WatchSessionResponse)(nil),           // 10: general_agent.v1.WatchSessionResponse
+	(*InjectMessageRequest)(nil),           // 11: general_agent.v1.InjectMessageRequest
+	(*InjectMessageResponse)(nil),          // 12: general_agent.v1.InjectMessageResponse
+	(*RequestStopRequest)(nil),             // 13: general_agent.v1.RequestStopRequest
+	(*RequestStopResponse)(nil),            // 14: general_agent.v1.RequestStopResponse
+	(*ClearStopRequest)(nil),               // 15: general_agent.v1.ClearStopRequest
+	(*ClearStopResponse)(nil),              // 16: general_agent.v1.ClearStopResponse
+	(*CancelRunRequest)(nil),               // 17: general_agent.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),              // 18: general_agent.v1.CancelRunResponse
+	(*ContentPart)(nil),                    // 19: general_agent.v1.ContentPart
+	(*SessionEvent)(nil),                   // 20: general_agent.v1.SessionEvent
+	(*structpb.Value)(nil),                 // 21: google.protobuf.Value
+	(ApprovalDecision)(0),                  // 22: general_agent.v1.ApprovalDecision
+	(*structpb.Struct)(nil),                // 23: google.protobuf.Struct
 }
 var file_general_agent_v1_turn_proto_depIdxs = []int32{
 	0,  // 0: general_agent.v1.TurnOptions.busy_policy:type_name -> general_agent.v1.BusyPolicy
 	1,  // 1: general_agent.v1.TurnOptions.on_disconnect:type_name -> general_agent.v1.OnDisconnect
-	17, // 2: general_agent.v1.StreamTurnRequest.input:type_name -> general_agent.v1.ContentPart
+	19, // 2: general_agent.v1.StreamTurnRequest.input:type_name -> general_agent.v1.ContentPart
 	2,  // 3: general_agent.v1.StreamTurnRequest.options:type_name -> general_agent.v1.TurnOptions
-	18, // 4: general_agent.v1.StreamTurnResponse.event:type_name -> general_agent.v1.SessionEvent
-	19, // 5: general_agent.v1.SubmitHostedToolResultRequest.output:type_name -> google.protobuf.Value
-	19, // 6: general_agent.v1.SubmitHostedToolResultRequest.details:type_name -> google.protobuf.Value
+	20, // 4: general_agent.v1.StreamTurnResponse.event:type_name -> general_agent.v1.SessionEvent
+	21, // 5: general_agent.v1.SubmitHostedToolResultRequest.output:type_name -> google.protobuf.Value
+	21, // 6: general_agent.v1.SubmitHostedToolResultRequest.details:type_name -> google.protobuf.Value
 	1,  // 7: general_agent.v1.SubmitHostedToolResultRequest.on_disconnect:type_name -> general_agent.v1.OnDisconnect
-	18, // 8: general_agent.v1.SubmitHostedToolResultResponse.event:type_name -> general_agent.v1.SessionEvent
-	18, // 9: general_agent.v1.WatchSessionResponse.event:type_name -> general_agent.v1.SessionEvent
-	17, // 10: general_agent.v1.InjectMessageRequest.input:type_name -> general_agent.v1.ContentPart
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	20, // 8: general_agent.v1.SubmitHostedToolResultResponse.event:type_name -> general_agent.v1.SessionEvent
+	22, // 9: general_agent.v1.ResolveApprovalRequest.decision:type_name -> general_agent.v1.ApprovalDecision
+	23, // 10: general_agent.v1.ResolveApprovalRequest.edited_input:type_name -> google.protobuf.Struct
+	1,  // 11: general_agent.v1.ResolveApprovalRequest.on_disconnect:type_name -> general_agent.v1.OnDisconnect
+	20, // 12: general_agent.v1.ResolveApprovalResponse.event:type_name -> general_agent.v1.SessionEvent
+	20, // 13: general_agent.v1.WatchSessionResponse.event:type_name -> general_agent.v1.SessionEvent
+	19, // 14: general_agent.v1.InjectMessageRequest.input:type_name -> general_agent.v1.ContentPart
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_general_agent_v1_turn_proto_init() }
@@ -1150,6 +1316,7 @@ func file_general_agent_v1_turn_proto_init() {
 	if File_general_agent_v1_turn_proto != nil {
 		return
 	}
+	file_general_agent_v1_approval_proto_init()
 	file_general_agent_v1_content_proto_init()
 	file_general_agent_v1_event_proto_init()
 	file_general_agent_v1_turn_proto_msgTypes[3].OneofWrappers = []any{
@@ -1157,14 +1324,14 @@ func file_general_agent_v1_turn_proto_init() {
 		(*SubmitHostedToolResultRequest_OutputJson)(nil),
 		(*SubmitHostedToolResultRequest_Error)(nil),
 	}
-	file_general_agent_v1_turn_proto_msgTypes[5].OneofWrappers = []any{}
+	file_general_agent_v1_turn_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_general_agent_v1_turn_proto_rawDesc), len(file_general_agent_v1_turn_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -115,6 +115,11 @@ class AgentServiceStub:
                 request_serializer=general__agent_dot_v1_dot_turn__pb2.SubmitHostedToolResultRequest.SerializeToString,
                 response_deserializer=general__agent_dot_v1_dot_turn__pb2.SubmitHostedToolResultResponse.FromString,
                 _registered_method=True)
+        self.ResolveApproval = channel.unary_stream(
+                '/general_agent.v1.AgentService/ResolveApproval',
+                request_serializer=general__agent_dot_v1_dot_turn__pb2.ResolveApprovalRequest.SerializeToString,
+                response_deserializer=general__agent_dot_v1_dot_turn__pb2.ResolveApprovalResponse.FromString,
+                _registered_method=True)
         self.RunSession = channel.stream_stream(
                 '/general_agent.v1.AgentService/RunSession',
                 request_serializer=general__agent_dot_v1_dot_run__session__pb2.RunSessionRequest.SerializeToString,
@@ -350,6 +355,20 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResolveApproval(self, request, context):
+        """Answers one call waiting for a person's approval and streams until the
+        next `run_finished` (docs/protocol.md, "Tool approvals"). APPROVE runs the
+        call with the shown or the edited input (an invalid edited input is
+        INVALID_ARGUMENT and the call stays pending); APPROVE_ALWAYS also
+        approves the tool for the rest of the session; DENY gives the model an
+        error result with the message. Errors: NOT_FOUND `UNKNOWN_TOOL_CALL`;
+        FAILED_PRECONDITION `TOOL_CALL_ALREADY_RESOLVED` for a different answer
+        to an answered call. An identical retry is OK and replays its events.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RunSession(self, request_iterator, context):
         """The bidirectional protocol for long-lived hosts (docs/protocol.md,
         "Watching and RunSession"): attach
@@ -576,6 +595,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.SubmitHostedToolResult,
                     request_deserializer=general__agent_dot_v1_dot_turn__pb2.SubmitHostedToolResultRequest.FromString,
                     response_serializer=general__agent_dot_v1_dot_turn__pb2.SubmitHostedToolResultResponse.SerializeToString,
+            ),
+            'ResolveApproval': grpc.unary_stream_rpc_method_handler(
+                    servicer.ResolveApproval,
+                    request_deserializer=general__agent_dot_v1_dot_turn__pb2.ResolveApprovalRequest.FromString,
+                    response_serializer=general__agent_dot_v1_dot_turn__pb2.ResolveApprovalResponse.SerializeToString,
             ),
             'RunSession': grpc.stream_stream_rpc_method_handler(
                     servicer.RunSession,
@@ -995,6 +1019,33 @@ class AgentService:
             '/general_agent.v1.AgentService/SubmitHostedToolResult',
             general__agent_dot_v1_dot_turn__pb2.SubmitHostedToolResultRequest.SerializeToString,
             general__agent_dot_v1_dot_turn__pb2.SubmitHostedToolResultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResolveApproval(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/general_agent.v1.AgentService/ResolveApproval',
+            general__agent_dot_v1_dot_turn__pb2.ResolveApprovalRequest.SerializeToString,
+            general__agent_dot_v1_dot_turn__pb2.ResolveApprovalResponse.FromString,
             options,
             channel_credentials,
             insecure,

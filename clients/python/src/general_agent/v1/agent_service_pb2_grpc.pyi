@@ -125,6 +125,16 @@ class AgentServiceStub:
     pending). An identical duplicate submit is OK and replays that submit's
     events.
     """
+    ResolveApproval: _grpc.UnaryStreamMultiCallable[_turn_pb2.ResolveApprovalRequest, _turn_pb2.ResolveApprovalResponse]
+    """Answers one call waiting for a person's approval and streams until the
+    next `run_finished` (docs/protocol.md, "Tool approvals"). APPROVE runs the
+    call with the shown or the edited input (an invalid edited input is
+    INVALID_ARGUMENT and the call stays pending); APPROVE_ALWAYS also
+    approves the tool for the rest of the session; DENY gives the model an
+    error result with the message. Errors: NOT_FOUND `UNKNOWN_TOOL_CALL`;
+    FAILED_PRECONDITION `TOOL_CALL_ALREADY_RESOLVED` for a different answer
+    to an answered call. An identical retry is OK and replays its events.
+    """
     RunSession: _grpc.StreamStreamMultiCallable[_run_session_pb2.RunSessionRequest, _run_session_pb2.RunSessionResponse]
     """The bidirectional protocol for long-lived hosts (docs/protocol.md,
     "Watching and RunSession"): attach
@@ -297,6 +307,16 @@ class AgentServiceAsyncStub(AgentServiceStub):
     `resolved_by`); FAILED_PRECONDITION `NO_API_KEY` (the call stays
     pending). An identical duplicate submit is OK and replays that submit's
     events.
+    """
+    ResolveApproval: _aio.UnaryStreamMultiCallable[_turn_pb2.ResolveApprovalRequest, _turn_pb2.ResolveApprovalResponse]  # type: ignore[assignment]
+    """Answers one call waiting for a person's approval and streams until the
+    next `run_finished` (docs/protocol.md, "Tool approvals"). APPROVE runs the
+    call with the shown or the edited input (an invalid edited input is
+    INVALID_ARGUMENT and the call stays pending); APPROVE_ALWAYS also
+    approves the tool for the rest of the session; DENY gives the model an
+    error result with the message. Errors: NOT_FOUND `UNKNOWN_TOOL_CALL`;
+    FAILED_PRECONDITION `TOOL_CALL_ALREADY_RESOLVED` for a different answer
+    to an answered call. An identical retry is OK and replays its events.
     """
     RunSession: _aio.StreamStreamMultiCallable[_run_session_pb2.RunSessionRequest, _run_session_pb2.RunSessionResponse]  # type: ignore[assignment]
     """The bidirectional protocol for long-lived hosts (docs/protocol.md,
@@ -533,6 +553,22 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         `resolved_by`); FAILED_PRECONDITION `NO_API_KEY` (the call stays
         pending). An identical duplicate submit is OK and replays that submit's
         events.
+        """
+
+    @_abc_1.abstractmethod
+    def ResolveApproval(
+        self,
+        request: _turn_pb2.ResolveApprovalRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_turn_pb2.ResolveApprovalResponse], _abc.AsyncIterator[_turn_pb2.ResolveApprovalResponse]]:
+        """Answers one call waiting for a person's approval and streams until the
+        next `run_finished` (docs/protocol.md, "Tool approvals"). APPROVE runs the
+        call with the shown or the edited input (an invalid edited input is
+        INVALID_ARGUMENT and the call stays pending); APPROVE_ALWAYS also
+        approves the tool for the rest of the session; DENY gives the model an
+        error result with the message. Errors: NOT_FOUND `UNKNOWN_TOOL_CALL`;
+        FAILED_PRECONDITION `TOOL_CALL_ALREADY_RESOLVED` for a different answer
+        to an answered call. An identical retry is OK and replays its events.
         """
 
     @_abc_1.abstractmethod

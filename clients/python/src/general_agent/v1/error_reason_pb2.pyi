@@ -79,6 +79,10 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """INVALID_ARGUMENT: a request field is invalid (with BadRequest)."""
     ERROR_REASON_NOT_IMPLEMENTED: _ErrorReason.ValueType  # 21
     """UNIMPLEMENTED: the capability is not available in this server."""
+    ERROR_REASON_APPROVAL_PENDING: _ErrorReason.ValueType  # 22
+    """FAILED_PRECONDITION: the call waits for a person's approval; a hosted
+    result can be submitted only once it is approved. Metadata: `call_id`.
+    """
     ERROR_REASON_STOP_REQUESTED: _ErrorReason.ValueType  # 40
     """Run reason: the sticky stop flag was set."""
     ERROR_REASON_CANCELLED: _ErrorReason.ValueType  # 41
@@ -175,6 +179,10 @@ ERROR_REASON_INVALID_ARGUMENT: ErrorReason.ValueType  # 20
 """INVALID_ARGUMENT: a request field is invalid (with BadRequest)."""
 ERROR_REASON_NOT_IMPLEMENTED: ErrorReason.ValueType  # 21
 """UNIMPLEMENTED: the capability is not available in this server."""
+ERROR_REASON_APPROVAL_PENDING: ErrorReason.ValueType  # 22
+"""FAILED_PRECONDITION: the call waits for a person's approval; a hosted
+result can be submitted only once it is approved. Metadata: `call_id`.
+"""
 ERROR_REASON_STOP_REQUESTED: ErrorReason.ValueType  # 40
 """Run reason: the sticky stop flag was set."""
 ERROR_REASON_CANCELLED: ErrorReason.ValueType  # 41

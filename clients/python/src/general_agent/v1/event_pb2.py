@@ -22,6 +22,7 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from general_agent.v1 import approval_pb2 as general__agent_dot_v1_dot_approval__pb2
 from general_agent.v1 import content_pb2 as general__agent_dot_v1_dot_content__pb2
 from general_agent.v1 import session_pb2 as general__agent_dot_v1_dot_session__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
@@ -29,51 +30,55 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cgeneral_agent/v1/event.proto\x12\x10general_agent.v1\x1a\x1egeneral_agent/v1/content.proto\x1a\x1egeneral_agent/v1/session.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xae\x08\n\x0cSessionEvent\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12/\n\x0b\x63reate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x38\n\x0brun_started\x18\n \x01(\x0b\x32!.general_agent.v1.RunStartedEventH\x00\x12@\n\x0f\x61ssistant_delta\x18\x0b \x01(\x0b\x32%.general_agent.v1.AssistantDeltaEventH\x00\x12@\n\x0freasoning_delta\x18\x0c \x01(\x0b\x32%.general_agent.v1.ReasoningDeltaEventH\x00\x12<\n\rreasoning_end\x18\r \x01(\x0b\x32#.general_agent.v1.ReasoningEndEventH\x00\x12\x34\n\ttool_call\x18\x0e \x01(\x0b\x32\x1f.general_agent.v1.ToolCallEventH\x00\x12\x38\n\x0btool_result\x18\x0f \x01(\x0b\x32!.general_agent.v1.ToolResultEventH\x00\x12\x36\n\ntool_error\x18\x10 \x01(\x0b\x32 .general_agent.v1.ToolErrorEventH\x00\x12\x41\n\x10hosted_tool_call\x18\x11 \x01(\x0b\x32%.general_agent.v1.HostedToolCallEventH\x00\x12\x39\n\x0eusage_snapshot\x18\x12 \x01(\x0b\x32\x1f.general_agent.v1.UsageSnapshotH\x00\x12\x46\n\x12\x63ompaction_started\x18\x13 \x01(\x0b\x32(.general_agent.v1.CompactionStartedEventH\x00\x12H\n\x13\x63ompaction_finished\x18\x14 \x01(\x0b\x32).general_agent.v1.CompactionFinishedEventH\x00\x12\x42\n\x10message_injected\x18\x15 \x01(\x0b\x32&.general_agent.v1.MessageInjectedEventH\x00\x12<\n\rturn_complete\x18\x16 \x01(\x0b\x32#.general_agent.v1.TurnCompleteEventH\x00\x12:\n\x0crun_finished\x18\x17 \x01(\x0b\x32\".general_agent.v1.RunFinishedEventH\x00\x12<\n\rsession_reset\x18\x18 \x01(\x0b\x32#.general_agent.v1.SessionResetEventH\x00\x42\x07\n\x05\x65vent\"g\n\x0fRunStartedEvent\x12-\n\x07trigger\x18\x01 \x01(\x0e\x32\x1c.general_agent.v1.RunTrigger\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x11\n\tmodel_ref\x18\x03 \x01(\t\"#\n\x13\x41ssistantDeltaEvent\x12\x0c\n\x04text\x18\x01 \x01(\t\"#\n\x13ReasoningDeltaEvent\x12\x0c\n\x04text\x18\x01 \x01(\t\"\x13\n\x11ReasoningEndEvent\"o\n\rToolCallEvent\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12&\n\x05input\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x12\n\ninput_json\x18\x04 \x01(\t\"\xb5\x01\n\x0fToolResultEvent\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12-\n\x06output\x18\x03 \x03(\x0b\x32\x1d.general_agent.v1.ContentPart\x12\'\n\x07\x64\x65tails\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x10\n\x08is_error\x18\x05 \x01(\x08\x12\x14\n\x0c\x64\x65tails_json\x18\x06 \x01(\t\"l\n\x0eToolErrorEvent\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\'\n\x07\x64\x65tails\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\"\xa3\x01\n\x13HostedToolCallEvent\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12&\n\x05input\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x12\n\ninput_json\x18\x04 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"L\n\x16\x43ompactionStartedEvent\x12\x32\n\x06reason\x18\x01 \x01(\x0e\x32\".general_agent.v1.CompactionReason\"\xea\x01\n\x17\x43ompactionFinishedEvent\x12\x32\n\x06reason\x18\x01 \x01(\x0e\x32\".general_agent.v1.CompactionReason\x12\x14\n\x0ctokens_after\x18\x02 \x01(\x03\x12\x1e\n\x16tokens_after_estimated\x18\x03 \x01(\x08\x12\x11\n\tcompacted\x18\x04 \x01(\x08\x12\x17\n\x0fmessages_before\x18\x05 \x01(\x05\x12\x16\n\x0emessages_after\x18\x06 \x01(\x05\x12!\n\x05\x65rror\x18\x07 \x01(\x0b\x32\x12.google.rpc.Status\"D\n\x14MessageInjectedEvent\x12,\n\x05input\x18\x01 \x03(\x0b\x32\x1d.general_agent.v1.ContentPart\"i\n\x11TurnCompleteEvent\x12\x31\n\x0bstop_reason\x18\x01 \x01(\x0e\x32\x1c.general_agent.v1.StopReason\x12!\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x12.google.rpc.Status\"\x86\x02\n\x10RunFinishedEvent\x12-\n\x07outcome\x18\x01 \x01(\x0e\x32\x1c.general_agent.v1.RunOutcome\x12+\n\x06reason\x18\x02 \x01(\x0e\x32\x1b.general_agent.v1.RunReason\x12\x31\n\x0bstop_reason\x18\x03 \x01(\x0e\x32\x1c.general_agent.v1.StopReason\x12!\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x12.google.rpc.Status\x12\x18\n\x10pending_call_ids\x18\x05 \x03(\t\x12&\n\x05usage\x18\x06 \x01(\x0b\x32\x17.general_agent.v1.Usage\"#\n\x11SessionResetEvent\x12\x0e\n\x06reason\x18\x01 \x01(\t*u\n\nRunTrigger\x12\x1b\n\x17RUN_TRIGGER_UNSPECIFIED\x10\x00\x12\x14\n\x10RUN_TRIGGER_TURN\x10\x01\x12\x1d\n\x19RUN_TRIGGER_ENQUEUED_TURN\x10\x02\x12\x15\n\x11RUN_TRIGGER_STEER\x10\x03*\xc1\x01\n\nStopReason\x12\x1b\n\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x14\n\x10STOP_REASON_STOP\x10\x01\x12\x16\n\x12STOP_REASON_LENGTH\x10\x02\x12\x18\n\x14STOP_REASON_TOOL_USE\x10\x03\x12\x15\n\x11STOP_REASON_ERROR\x10\x04\x12\x17\n\x13STOP_REASON_ABORTED\x10\x05\x12\x1e\n\x1aSTOP_REASON_STOP_REQUESTED\x10\x06*\x90\x01\n\nRunOutcome\x12\x1b\n\x17RUN_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n\x15RUN_OUTCOME_COMPLETED\x10\x01\x12\x19\n\x15RUN_OUTCOME_SUSPENDED\x10\x02\x12\x17\n\x13RUN_OUTCOME_STOPPED\x10\x03\x12\x16\n\x12RUN_OUTCOME_FAILED\x10\x04*\x89\x04\n\tRunReason\x12\x1a\n\x16RUN_REASON_UNSPECIFIED\x10\x00\x12\x1d\n\x19RUN_REASON_STOP_REQUESTED\x10\x01\x12\x18\n\x14RUN_REASON_CANCELLED\x10\x02\x12\x19\n\x15RUN_REASON_SUPERSEDED\x10\x03\x12\x1c\n\x18RUN_REASON_SESSION_RESET\x10\x04\x12\x1e\n\x1aRUN_REASON_SESSION_DELETED\x10\x05\x12\x1f\n\x1bRUN_REASON_OUTPUT_TRUNCATED\x10\x06\x12\x1c\n\x18RUN_REASON_MODEL_REFUSAL\x10\x07\x12\x1d\n\x19RUN_REASON_PROVIDER_ERROR\x10\x08\x12\x1f\n\x1bRUN_REASON_CONTEXT_OVERFLOW\x10\t\x12\x1a\n\x16RUN_REASON_HOOK_FAILED\x10\n\x12\x1e\n\x1aRUN_REASON_MAX_MODEL_CALLS\x10\x0b\x12\x1d\n\x19RUN_REASON_MAX_TOOL_CALLS\x10\x0c\x12$\n RUN_REASON_RUN_DEADLINE_EXCEEDED\x10\r\x12\x19\n\x15RUN_REASON_NO_API_KEY\x10\x0e\x12\x1a\n\x16RUN_REASON_INTERRUPTED\x10\x0f\x12\x17\n\x13RUN_REASON_INTERNAL\x10\x10*\xaa\x01\n\x10\x43ompactionReason\x12!\n\x1d\x43OMPACTION_REASON_UNSPECIFIED\x10\x00\x12$\n COMPACTION_REASON_MANUAL_REQUEST\x10\x01\x12%\n!COMPACTION_REASON_TOKEN_THRESHOLD\x10\x02\x12&\n\"COMPACTION_REASON_CONTEXT_OVERFLOW\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cgeneral_agent/v1/event.proto\x12\x10general_agent.v1\x1a\x1fgeneral_agent/v1/approval.proto\x1a\x1egeneral_agent/v1/content.proto\x1a\x1egeneral_agent/v1/session.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xbc\t\n\x0cSessionEvent\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12/\n\x0b\x63reate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x38\n\x0brun_started\x18\n \x01(\x0b\x32!.general_agent.v1.RunStartedEventH\x00\x12@\n\x0f\x61ssistant_delta\x18\x0b \x01(\x0b\x32%.general_agent.v1.AssistantDeltaEventH\x00\x12@\n\x0freasoning_delta\x18\x0c \x01(\x0b\x32%.general_agent.v1.ReasoningDeltaEventH\x00\x12<\n\rreasoning_end\x18\r \x01(\x0b\x32#.general_agent.v1.ReasoningEndEventH\x00\x12\x34\n\ttool_call\x18\x0e \x01(\x0b\x32\x1f.general_agent.v1.ToolCallEventH\x00\x12\x38\n\x0btool_result\x18\x0f \x01(\x0b\x32!.general_agent.v1.ToolResultEventH\x00\x12\x36\n\ntool_error\x18\x10 \x01(\x0b\x32 .general_agent.v1.ToolErrorEventH\x00\x12\x41\n\x10hosted_tool_call\x18\x11 \x01(\x0b\x32%.general_agent.v1.HostedToolCallEventH\x00\x12\x39\n\x0eusage_snapshot\x18\x12 \x01(\x0b\x32\x1f.general_agent.v1.UsageSnapshotH\x00\x12\x46\n\x12\x63ompaction_started\x18\x13 \x01(\x0b\x32(.general_agent.v1.CompactionStartedEventH\x00\x12H\n\x13\x63ompaction_finished\x18\x14 \x01(\x0b\x32).general_agent.v1.CompactionFinishedEventH\x00\x12\x42\n\x10message_injected\x18\x15 \x01(\x0b\x32&.general_agent.v1.MessageInjectedEventH\x00\x12<\n\rturn_complete\x18\x16 \x01(\x0b\x32#.general_agent.v1.TurnCompleteEventH\x00\x12:\n\x0crun_finished\x18\x17 \x01(\x0b\x32\".general_agent.v1.RunFinishedEventH\x00\x12<\n\rsession_reset\x18\x18 \x01(\x0b\x32#.general_agent.v1.SessionResetEventH\x00\x12\x46\n\x12\x61pproval_requested\x18\x19 \x01(\x0b\x32(.general_agent.v1.ApprovalRequestedEventH\x00\x12\x44\n\x11\x61pproval_resolved\x18\x1a \x01(\x0b\x32\'.general_agent.v1.ApprovalResolvedEventH\x00\x42\x07\n\x05\x65vent\"g\n\x0fRunStartedEvent\x12-\n\x07trigger\x18\x01 \x01(\x0e\x32\x1c.general_agent.v1.RunTrigger\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x11\n\tmodel_ref\x18\x03 \x01(\t\"#\n\x13\x41ssistantDeltaEvent\x12\x0c\n\x04text\x18\x01 \x01(\t\"#\n\x13ReasoningDeltaEvent\x12\x0c\n\x04text\x18\x01 \x01(\t\"\x13\n\x11ReasoningEndEvent\"o\n\rToolCallEvent\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12&\n\x05input\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x12\n\ninput_json\x18\x04 \x01(\t\"\xb5\x01\n\x0fToolResultEvent\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12-\n\x06output\x18\x03 \x03(\x0b\x32\x1d.general_agent.v1.ContentPart\x12\'\n\x07\x64\x65tails\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x10\n\x08is_error\x18\x05 \x01(\x08\x12\x14\n\x0c\x64\x65tails_json\x18\x06 \x01(\t\"l\n\x0eToolErrorEvent\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\'\n\x07\x64\x65tails\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\"\xa3\x01\n\x13HostedToolCallEvent\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12&\n\x05input\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x12\n\ninput_json\x18\x04 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xdb\x02\n\x16\x41pprovalRequestedEvent\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12&\n\x05input\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x12\n\ninput_json\x18\x04 \x01(\t\x12\r\n\x05title\x18\x05 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x06 \x01(\t\x12\x34\n\x08severity\x18\x07 \x01(\x0e\x32\".general_agent.v1.ApprovalSeverity\x12,\n\x08\x64\x65\x61\x64line\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0crequested_by\x18\t \x01(\t\x12\x43\n\x10timeout_behavior\x18\n \x01(\x0e\x32).general_agent.v1.ApprovalTimeoutBehavior\"\x85\x01\n\x15\x41pprovalResolvedEvent\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x34\n\x08\x64\x65\x63ision\x18\x02 \x01(\x0e\x32\".general_agent.v1.ApprovalDecision\x12\x12\n\ninput_json\x18\x03 \x01(\t\x12\x11\n\ttimed_out\x18\x04 \x01(\x08\"L\n\x16\x43ompactionStartedEvent\x12\x32\n\x06reason\x18\x01 \x01(\x0e\x32\".general_agent.v1.CompactionReason\"\xea\x01\n\x17\x43ompactionFinishedEvent\x12\x32\n\x06reason\x18\x01 \x01(\x0e\x32\".general_agent.v1.CompactionReason\x12\x14\n\x0ctokens_after\x18\x02 \x01(\x03\x12\x1e\n\x16tokens_after_estimated\x18\x03 \x01(\x08\x12\x11\n\tcompacted\x18\x04 \x01(\x08\x12\x17\n\x0fmessages_before\x18\x05 \x01(\x05\x12\x16\n\x0emessages_after\x18\x06 \x01(\x05\x12!\n\x05\x65rror\x18\x07 \x01(\x0b\x32\x12.google.rpc.Status\"D\n\x14MessageInjectedEvent\x12,\n\x05input\x18\x01 \x03(\x0b\x32\x1d.general_agent.v1.ContentPart\"i\n\x11TurnCompleteEvent\x12\x31\n\x0bstop_reason\x18\x01 \x01(\x0e\x32\x1c.general_agent.v1.StopReason\x12!\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x12.google.rpc.Status\"\x86\x02\n\x10RunFinishedEvent\x12-\n\x07outcome\x18\x01 \x01(\x0e\x32\x1c.general_agent.v1.RunOutcome\x12+\n\x06reason\x18\x02 \x01(\x0e\x32\x1b.general_agent.v1.RunReason\x12\x31\n\x0bstop_reason\x18\x03 \x01(\x0e\x32\x1c.general_agent.v1.StopReason\x12!\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x12.google.rpc.Status\x12\x18\n\x10pending_call_ids\x18\x05 \x03(\t\x12&\n\x05usage\x18\x06 \x01(\x0b\x32\x17.general_agent.v1.Usage\"#\n\x11SessionResetEvent\x12\x0e\n\x06reason\x18\x01 \x01(\t*u\n\nRunTrigger\x12\x1b\n\x17RUN_TRIGGER_UNSPECIFIED\x10\x00\x12\x14\n\x10RUN_TRIGGER_TURN\x10\x01\x12\x1d\n\x19RUN_TRIGGER_ENQUEUED_TURN\x10\x02\x12\x15\n\x11RUN_TRIGGER_STEER\x10\x03*\xc1\x01\n\nStopReason\x12\x1b\n\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x14\n\x10STOP_REASON_STOP\x10\x01\x12\x16\n\x12STOP_REASON_LENGTH\x10\x02\x12\x18\n\x14STOP_REASON_TOOL_USE\x10\x03\x12\x15\n\x11STOP_REASON_ERROR\x10\x04\x12\x17\n\x13STOP_REASON_ABORTED\x10\x05\x12\x1e\n\x1aSTOP_REASON_STOP_REQUESTED\x10\x06*\x90\x01\n\nRunOutcome\x12\x1b\n\x17RUN_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n\x15RUN_OUTCOME_COMPLETED\x10\x01\x12\x19\n\x15RUN_OUTCOME_SUSPENDED\x10\x02\x12\x17\n\x13RUN_OUTCOME_STOPPED\x10\x03\x12\x16\n\x12RUN_OUTCOME_FAILED\x10\x04*\x89\x04\n\tRunReason\x12\x1a\n\x16RUN_REASON_UNSPECIFIED\x10\x00\x12\x1d\n\x19RUN_REASON_STOP_REQUESTED\x10\x01\x12\x18\n\x14RUN_REASON_CANCELLED\x10\x02\x12\x19\n\x15RUN_REASON_SUPERSEDED\x10\x03\x12\x1c\n\x18RUN_REASON_SESSION_RESET\x10\x04\x12\x1e\n\x1aRUN_REASON_SESSION_DELETED\x10\x05\x12\x1f\n\x1bRUN_REASON_OUTPUT_TRUNCATED\x10\x06\x12\x1c\n\x18RUN_REASON_MODEL_REFUSAL\x10\x07\x12\x1d\n\x19RUN_REASON_PROVIDER_ERROR\x10\x08\x12\x1f\n\x1bRUN_REASON_CONTEXT_OVERFLOW\x10\t\x12\x1a\n\x16RUN_REASON_HOOK_FAILED\x10\n\x12\x1e\n\x1aRUN_REASON_MAX_MODEL_CALLS\x10\x0b\x12\x1d\n\x19RUN_REASON_MAX_TOOL_CALLS\x10\x0c\x12$\n RUN_REASON_RUN_DEADLINE_EXCEEDED\x10\r\x12\x19\n\x15RUN_REASON_NO_API_KEY\x10\x0e\x12\x1a\n\x16RUN_REASON_INTERRUPTED\x10\x0f\x12\x17\n\x13RUN_REASON_INTERNAL\x10\x10*\xaa\x01\n\x10\x43ompactionReason\x12!\n\x1d\x43OMPACTION_REASON_UNSPECIFIED\x10\x00\x12$\n COMPACTION_REASON_MANUAL_REQUEST\x10\x01\x12%\n!COMPACTION_REASON_TOKEN_THRESHOLD\x10\x02\x12&\n\"COMPACTION_REASON_CONTEXT_OVERFLOW\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'general_agent.v1.event_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RUNTRIGGER']._serialized_start=2842
-  _globals['_RUNTRIGGER']._serialized_end=2959
-  _globals['_STOPREASON']._serialized_start=2962
-  _globals['_STOPREASON']._serialized_end=3155
-  _globals['_RUNOUTCOME']._serialized_start=3158
-  _globals['_RUNOUTCOME']._serialized_end=3302
-  _globals['_RUNREASON']._serialized_start=3305
-  _globals['_RUNREASON']._serialized_end=3826
-  _globals['_COMPACTIONREASON']._serialized_start=3829
-  _globals['_COMPACTIONREASON']._serialized_end=3999
-  _globals['_SESSIONEVENT']._serialized_start=203
-  _globals['_SESSIONEVENT']._serialized_end=1273
-  _globals['_RUNSTARTEDEVENT']._serialized_start=1275
-  _globals['_RUNSTARTEDEVENT']._serialized_end=1378
-  _globals['_ASSISTANTDELTAEVENT']._serialized_start=1380
-  _globals['_ASSISTANTDELTAEVENT']._serialized_end=1415
-  _globals['_REASONINGDELTAEVENT']._serialized_start=1417
-  _globals['_REASONINGDELTAEVENT']._serialized_end=1452
-  _globals['_REASONINGENDEVENT']._serialized_start=1454
-  _globals['_REASONINGENDEVENT']._serialized_end=1473
-  _globals['_TOOLCALLEVENT']._serialized_start=1475
-  _globals['_TOOLCALLEVENT']._serialized_end=1586
-  _globals['_TOOLRESULTEVENT']._serialized_start=1589
-  _globals['_TOOLRESULTEVENT']._serialized_end=1770
-  _globals['_TOOLERROREVENT']._serialized_start=1772
-  _globals['_TOOLERROREVENT']._serialized_end=1880
-  _globals['_HOSTEDTOOLCALLEVENT']._serialized_start=1883
-  _globals['_HOSTEDTOOLCALLEVENT']._serialized_end=2046
-  _globals['_COMPACTIONSTARTEDEVENT']._serialized_start=2048
-  _globals['_COMPACTIONSTARTEDEVENT']._serialized_end=2124
-  _globals['_COMPACTIONFINISHEDEVENT']._serialized_start=2127
-  _globals['_COMPACTIONFINISHEDEVENT']._serialized_end=2361
-  _globals['_MESSAGEINJECTEDEVENT']._serialized_start=2363
-  _globals['_MESSAGEINJECTEDEVENT']._serialized_end=2431
-  _globals['_TURNCOMPLETEEVENT']._serialized_start=2433
-  _globals['_TURNCOMPLETEEVENT']._serialized_end=2538
-  _globals['_RUNFINISHEDEVENT']._serialized_start=2541
-  _globals['_RUNFINISHEDEVENT']._serialized_end=2803
-  _globals['_SESSIONRESETEVENT']._serialized_start=2805
-  _globals['_SESSIONRESETEVENT']._serialized_end=2840
+  _globals['_RUNTRIGGER']._serialized_start=3503
+  _globals['_RUNTRIGGER']._serialized_end=3620
+  _globals['_STOPREASON']._serialized_start=3623
+  _globals['_STOPREASON']._serialized_end=3816
+  _globals['_RUNOUTCOME']._serialized_start=3819
+  _globals['_RUNOUTCOME']._serialized_end=3963
+  _globals['_RUNREASON']._serialized_start=3966
+  _globals['_RUNREASON']._serialized_end=4487
+  _globals['_COMPACTIONREASON']._serialized_start=4490
+  _globals['_COMPACTIONREASON']._serialized_end=4660
+  _globals['_SESSIONEVENT']._serialized_start=236
+  _globals['_SESSIONEVENT']._serialized_end=1448
+  _globals['_RUNSTARTEDEVENT']._serialized_start=1450
+  _globals['_RUNSTARTEDEVENT']._serialized_end=1553
+  _globals['_ASSISTANTDELTAEVENT']._serialized_start=1555
+  _globals['_ASSISTANTDELTAEVENT']._serialized_end=1590
+  _globals['_REASONINGDELTAEVENT']._serialized_start=1592
+  _globals['_REASONINGDELTAEVENT']._serialized_end=1627
+  _globals['_REASONINGENDEVENT']._serialized_start=1629
+  _globals['_REASONINGENDEVENT']._serialized_end=1648
+  _globals['_TOOLCALLEVENT']._serialized_start=1650
+  _globals['_TOOLCALLEVENT']._serialized_end=1761
+  _globals['_TOOLRESULTEVENT']._serialized_start=1764
+  _globals['_TOOLRESULTEVENT']._serialized_end=1945
+  _globals['_TOOLERROREVENT']._serialized_start=1947
+  _globals['_TOOLERROREVENT']._serialized_end=2055
+  _globals['_HOSTEDTOOLCALLEVENT']._serialized_start=2058
+  _globals['_HOSTEDTOOLCALLEVENT']._serialized_end=2221
+  _globals['_APPROVALREQUESTEDEVENT']._serialized_start=2224
+  _globals['_APPROVALREQUESTEDEVENT']._serialized_end=2571
+  _globals['_APPROVALRESOLVEDEVENT']._serialized_start=2574
+  _globals['_APPROVALRESOLVEDEVENT']._serialized_end=2707
+  _globals['_COMPACTIONSTARTEDEVENT']._serialized_start=2709
+  _globals['_COMPACTIONSTARTEDEVENT']._serialized_end=2785
+  _globals['_COMPACTIONFINISHEDEVENT']._serialized_start=2788
+  _globals['_COMPACTIONFINISHEDEVENT']._serialized_end=3022
+  _globals['_MESSAGEINJECTEDEVENT']._serialized_start=3024
+  _globals['_MESSAGEINJECTEDEVENT']._serialized_end=3092
+  _globals['_TURNCOMPLETEEVENT']._serialized_start=3094
+  _globals['_TURNCOMPLETEEVENT']._serialized_end=3199
+  _globals['_RUNFINISHEDEVENT']._serialized_start=3202
+  _globals['_RUNFINISHEDEVENT']._serialized_end=3464
+  _globals['_SESSIONRESETEVENT']._serialized_start=3466
+  _globals['_SESSIONRESETEVENT']._serialized_end=3501
 # @@protoc_insertion_point(module_scope)

@@ -4,6 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from general_agent.v1 import approval_pb2 as _approval_pb2
 from general_agent.v1 import content_pb2 as _content_pb2
 from general_agent.v1 import session_pb2 as _session_pb2
 from google.protobuf import descriptor as _descriptor
@@ -264,6 +265,8 @@ class SessionEvent(_message.Message):
     TURN_COMPLETE_FIELD_NUMBER: _builtins.int
     RUN_FINISHED_FIELD_NUMBER: _builtins.int
     SESSION_RESET_FIELD_NUMBER: _builtins.int
+    APPROVAL_REQUESTED_FIELD_NUMBER: _builtins.int
+    APPROVAL_RESOLVED_FIELD_NUMBER: _builtins.int
     sequence: _builtins.int
     """Strictly increasing per session, never reused; gaps are allowed. The
     resume cursor for WatchSession and RunSession attach.
@@ -336,6 +339,14 @@ class SessionEvent(_message.Message):
     def session_reset(self) -> Global___SessionResetEvent:
         """The session was reset (numbering continues)."""
 
+    @_builtins.property
+    def approval_requested(self) -> Global___ApprovalRequestedEvent:
+        """A call waits for a person's approval."""
+
+    @_builtins.property
+    def approval_resolved(self) -> Global___ApprovalResolvedEvent:
+        """A person (or the deadline) answered an approval."""
+
     def __init__(
         self,
         *,
@@ -358,12 +369,14 @@ class SessionEvent(_message.Message):
         turn_complete: Global___TurnCompleteEvent | None = ...,
         run_finished: Global___RunFinishedEvent | None = ...,
         session_reset: Global___SessionResetEvent | None = ...,
+        approval_requested: Global___ApprovalRequestedEvent | None = ...,
+        approval_resolved: Global___ApprovalResolvedEvent | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["assistant_delta", b"assistant_delta", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "create_time", b"create_time", "event", b"event", "hosted_tool_call", b"hosted_tool_call", "message_injected", b"message_injected", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "run_finished", b"run_finished", "run_started", b"run_started", "session_reset", b"session_reset", "tool_call", b"tool_call", "tool_error", b"tool_error", "tool_result", b"tool_result", "turn_complete", b"turn_complete", "usage_snapshot", b"usage_snapshot"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_delta", b"assistant_delta", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "create_time", b"create_time", "event", b"event", "hosted_tool_call", b"hosted_tool_call", "message_injected", b"message_injected", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "run_finished", b"run_finished", "run_started", b"run_started", "session_reset", b"session_reset", "tool_call", b"tool_call", "tool_error", b"tool_error", "tool_result", b"tool_result", "turn_complete", b"turn_complete", "usage_snapshot", b"usage_snapshot"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assistant_delta", b"assistant_delta", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "create_time", b"create_time", "event", b"event", "hosted_tool_call", b"hosted_tool_call", "message_injected", b"message_injected", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "run_finished", b"run_finished", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "session_id", b"session_id", "session_reset", b"session_reset", "tool_call", b"tool_call", "tool_error", b"tool_error", "tool_result", b"tool_result", "turn_complete", b"turn_complete", "usage_snapshot", b"usage_snapshot"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "approval_resolved", b"approval_resolved", "assistant_delta", b"assistant_delta", "compaction_finished", b"compaction_finished", "compaction_started", b"compaction_started", "create_time", b"create_time", "event", b"event", "hosted_tool_call", b"hosted_tool_call", "message_injected", b"message_injected", "reasoning_delta", b"reasoning_delta", "reasoning_end", b"reasoning_end", "run_finished", b"run_finished", "run_id", b"run_id", "run_started", b"run_started", "sequence", b"sequence", "session_id", b"session_id", "session_reset", b"session_reset", "tool_call", b"tool_call", "tool_error", b"tool_error", "tool_result", b"tool_result", "turn_complete", b"turn_complete", "usage_snapshot", b"usage_snapshot"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "assistant_delta", "reasoning_delta", "reasoning_end", "tool_call", "tool_result", "tool_error", "hosted_tool_call", "usage_snapshot", "compaction_started", "compaction_finished", "message_injected", "turn_complete", "run_finished", "session_reset"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "assistant_delta", "reasoning_delta", "reasoning_end", "tool_call", "tool_result", "tool_error", "hosted_tool_call", "usage_snapshot", "compaction_started", "compaction_finished", "message_injected", "turn_complete", "run_finished", "session_reset", "approval_requested", "approval_resolved"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -625,6 +638,104 @@ class HostedToolCallEvent(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___HostedToolCallEvent: _TypeAlias = HostedToolCallEvent  # noqa: Y015
+
+@_typing.final
+class ApprovalRequestedEvent(_message.Message):
+    """A call that needs a person's approval before it runs. Answer it with
+    ResolveApproval or the RunSession `resolve_approval` command.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    INPUT_JSON_FIELD_NUMBER: _builtins.int
+    TITLE_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    SEVERITY_FIELD_NUMBER: _builtins.int
+    DEADLINE_FIELD_NUMBER: _builtins.int
+    REQUESTED_BY_FIELD_NUMBER: _builtins.int
+    TIMEOUT_BEHAVIOR_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.str
+    """The call id to answer."""
+    tool_name: _builtins.str
+    """The tool, as the model named it."""
+    input_json: _builtins.str
+    """The same input as exact JSON text."""
+    title: _builtins.str
+    """A short question for the person."""
+    description: _builtins.str
+    """Why approval is asked."""
+    severity: _approval_pb2.ApprovalSeverity.ValueType
+    """How much is at stake."""
+    requested_by: _builtins.str
+    """"policy", or "hook:<plugin_id>" for a before_tool_call handler."""
+    timeout_behavior: _approval_pb2.ApprovalTimeoutBehavior.ValueType
+    """What an unanswered approval becomes at its deadline."""
+    @_builtins.property
+    def input(self) -> _struct_pb2.Struct:
+        """The input the call would run with."""
+
+    @_builtins.property
+    def deadline(self) -> _timestamp_pb2.Timestamp:
+        """When the approval times out (then `timeout_behavior` applies)."""
+
+    def __init__(
+        self,
+        *,
+        call_id: _builtins.str = ...,
+        tool_name: _builtins.str = ...,
+        input: _struct_pb2.Struct | None = ...,
+        input_json: _builtins.str = ...,
+        title: _builtins.str = ...,
+        description: _builtins.str = ...,
+        severity: _approval_pb2.ApprovalSeverity.ValueType = ...,
+        deadline: _timestamp_pb2.Timestamp | None = ...,
+        requested_by: _builtins.str = ...,
+        timeout_behavior: _approval_pb2.ApprovalTimeoutBehavior.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "input", b"input"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "deadline", b"deadline", "description", b"description", "input", b"input", "input_json", b"input_json", "requested_by", b"requested_by", "severity", b"severity", "timeout_behavior", b"timeout_behavior", "title", b"title", "tool_name", b"tool_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApprovalRequestedEvent: _TypeAlias = ApprovalRequestedEvent  # noqa: Y015
+
+@_typing.final
+class ApprovalResolvedEvent(_message.Message):
+    """An approval was answered (by a host, or by its deadline)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    DECISION_FIELD_NUMBER: _builtins.int
+    INPUT_JSON_FIELD_NUMBER: _builtins.int
+    TIMED_OUT_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.str
+    """The call."""
+    decision: _approval_pb2.ApprovalDecision.ValueType
+    """The decision."""
+    input_json: _builtins.str
+    """The input the call runs with (empty when denied)."""
+    timed_out: _builtins.bool
+    """True when the deadline decided."""
+    def __init__(
+        self,
+        *,
+        call_id: _builtins.str = ...,
+        decision: _approval_pb2.ApprovalDecision.ValueType = ...,
+        input_json: _builtins.str = ...,
+        timed_out: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "decision", b"decision", "input_json", b"input_json", "timed_out", b"timed_out"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApprovalResolvedEvent: _TypeAlias = ApprovalResolvedEvent  # noqa: Y015
 
 @_typing.final
 class CompactionStartedEvent(_message.Message):

@@ -4,6 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from general_agent.v1 import approval_pb2 as _approval_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import struct_pb2 as _struct_pb2
@@ -651,6 +652,7 @@ class BeforeToolCallResult(_message.Message):
     PARAMS_FIELD_NUMBER: _builtins.int
     BLOCK_FIELD_NUMBER: _builtins.int
     BLOCK_REASON_FIELD_NUMBER: _builtins.int
+    REQUIRE_APPROVAL_FIELD_NUMBER: _builtins.int
     block: _builtins.bool
     """True blocks the call: the tool does not run and the model gets an error
     result with `block_reason`. False means no decision (it never unblocks).
@@ -665,16 +667,23 @@ class BeforeToolCallResult(_message.Message):
         (`{...original, ...params}`) and re-validated against the tool's schema.
         """
 
+    @_builtins.property
+    def require_approval(self) -> _approval_pb2.ToolApprovalRequest:
+        """Ask a person to approve the call before it runs (docs/protocol.md,
+        "Tool approvals").
+        """
+
     def __init__(
         self,
         *,
         params: _struct_pb2.Struct | None = ...,
         block: _builtins.bool = ...,
         block_reason: _builtins.str = ...,
+        require_approval: _approval_pb2.ToolApprovalRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_params", b"_params", "params", b"params"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_params", b"_params", "params", b"params", "require_approval", b"require_approval"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_params", b"_params", "block", b"block", "block_reason", b"block_reason", "params", b"params"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_params", b"_params", "block", b"block", "block_reason", b"block_reason", "params", b"params", "require_approval", b"require_approval"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__params: _TypeAlias = _typing.Literal["params"]  # noqa: Y015
     _WhichOneofArgType__params: _TypeAlias = _typing.Literal["_params", b"_params"]  # noqa: Y015

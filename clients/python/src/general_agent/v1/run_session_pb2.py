@@ -22,6 +22,7 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from general_agent.v1 import approval_pb2 as general__agent_dot_v1_dot_approval__pb2
 from general_agent.v1 import content_pb2 as general__agent_dot_v1_dot_content__pb2
 from general_agent.v1 import event_pb2 as general__agent_dot_v1_dot_event__pb2
 from general_agent.v1 import turn_pb2 as general__agent_dot_v1_dot_turn__pb2
@@ -29,35 +30,37 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"general_agent/v1/run_session.proto\x12\x10general_agent.v1\x1a\x1egeneral_agent/v1/content.proto\x1a\x1cgeneral_agent/v1/event.proto\x1a\x1bgeneral_agent/v1/turn.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x17google/rpc/status.proto\"\xd6\x03\n\x11RunSessionRequest\x12\x34\n\x06\x61ttach\x18\x01 \x01(\x0b\x32\".general_agent.v1.RunSessionAttachH\x00\x12\x30\n\x04turn\x18\x02 \x01(\x0b\x32 .general_agent.v1.RunSessionTurnH\x00\x12\x41\n\rhosted_result\x18\x03 \x01(\x0b\x32(.general_agent.v1.RunSessionHostedResultH\x00\x12\x34\n\x06inject\x18\x04 \x01(\x0b\x32\".general_agent.v1.RunSessionInjectH\x00\x12\x30\n\x04stop\x18\x05 \x01(\x0b\x32 .general_agent.v1.RunSessionStopH\x00\x12;\n\nclear_stop\x18\x06 \x01(\x0b\x32%.general_agent.v1.RunSessionClearStopH\x00\x12\x34\n\x06\x63\x61ncel\x18\x07 \x01(\x0b\x32\".general_agent.v1.RunSessionCancelH\x00\x12\x30\n\x04ping\x18\x08 \x01(\x0b\x32 .general_agent.v1.RunSessionPingH\x00\x42\t\n\x07\x63ommand\"\x8d\x01\n\x10RunSessionAttach\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1b\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x35\n\ron_disconnect\x18\x03 \x01(\x0e\x32\x1e.general_agent.v1.OnDisconnectB\x11\n\x0f_after_sequence\"\x96\x01\n\x0eRunSessionTurn\x12\x12\n\ncommand_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12,\n\x05input\x18\x03 \x03(\x0b\x32\x1d.general_agent.v1.ContentPart\x12.\n\x07options\x18\x04 \x01(\x0b\x32\x1d.general_agent.v1.TurnOptions\"\xc2\x01\n\x16RunSessionHostedResult\x12\x12\n\ncommand_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12(\n\x06output\x18\x03 \x01(\x0b\x32\x16.google.protobuf.ValueH\x00\x12\x15\n\x0boutput_json\x18\x04 \x01(\tH\x00\x12\x0f\n\x05\x65rror\x18\x05 \x01(\tH\x00\x12\'\n\x07\x64\x65tails\x18\x06 \x01(\x0b\x32\x16.google.protobuf.ValueB\x08\n\x06result\"T\n\x10RunSessionInject\x12\x12\n\ncommand_id\x18\x01 \x01(\t\x12,\n\x05input\x18\x02 \x03(\x0b\x32\x1d.general_agent.v1.ContentPart\"$\n\x0eRunSessionStop\x12\x12\n\ncommand_id\x18\x01 \x01(\t\")\n\x13RunSessionClearStop\x12\x12\n\ncommand_id\x18\x01 \x01(\t\"6\n\x10RunSessionCancel\x12\x12\n\ncommand_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\"\x10\n\x0eRunSessionPing\"\xbe\x01\n\x12RunSessionResponse\x12/\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1e.general_agent.v1.SessionEventH\x00\x12\x39\n\x0e\x63ommand_result\x18\x02 \x01(\x0b\x32\x1f.general_agent.v1.CommandResultH\x00\x12\x30\n\theartbeat\x18\x03 \x01(\x0b\x32\x1b.general_agent.v1.HeartbeatH\x00\x42\n\n\x08response\"i\n\rCommandResult\x12\x12\n\ncommand_id\x18\x01 \x01(\t\x12\"\n\x06status\x18\x02 \x01(\x0b\x32\x12.google.rpc.Status\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x04 \x01(\x08\"\"\n\tHeartbeat\x12\x15\n\rlast_sequence\x18\x01 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"general_agent/v1/run_session.proto\x12\x10general_agent.v1\x1a\x1fgeneral_agent/v1/approval.proto\x1a\x1egeneral_agent/v1/content.proto\x1a\x1cgeneral_agent/v1/event.proto\x1a\x1bgeneral_agent/v1/turn.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x17google/rpc/status.proto\"\x9f\x04\n\x11RunSessionRequest\x12\x34\n\x06\x61ttach\x18\x01 \x01(\x0b\x32\".general_agent.v1.RunSessionAttachH\x00\x12\x30\n\x04turn\x18\x02 \x01(\x0b\x32 .general_agent.v1.RunSessionTurnH\x00\x12\x41\n\rhosted_result\x18\x03 \x01(\x0b\x32(.general_agent.v1.RunSessionHostedResultH\x00\x12\x34\n\x06inject\x18\x04 \x01(\x0b\x32\".general_agent.v1.RunSessionInjectH\x00\x12\x30\n\x04stop\x18\x05 \x01(\x0b\x32 .general_agent.v1.RunSessionStopH\x00\x12;\n\nclear_stop\x18\x06 \x01(\x0b\x32%.general_agent.v1.RunSessionClearStopH\x00\x12\x34\n\x06\x63\x61ncel\x18\x07 \x01(\x0b\x32\".general_agent.v1.RunSessionCancelH\x00\x12\x30\n\x04ping\x18\x08 \x01(\x0b\x32 .general_agent.v1.RunSessionPingH\x00\x12G\n\x10resolve_approval\x18\t \x01(\x0b\x32+.general_agent.v1.RunSessionResolveApprovalH\x00\x42\t\n\x07\x63ommand\"\xd1\x01\n\x19RunSessionResolveApproval\x12\x12\n\ncommand_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x34\n\x08\x64\x65\x63ision\x18\x03 \x01(\x0e\x32\".general_agent.v1.ApprovalDecision\x12-\n\x0c\x65\x64ited_input\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x19\n\x11\x65\x64ited_input_json\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\"\x8d\x01\n\x10RunSessionAttach\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1b\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x35\n\ron_disconnect\x18\x03 \x01(\x0e\x32\x1e.general_agent.v1.OnDisconnectB\x11\n\x0f_after_sequence\"\x96\x01\n\x0eRunSessionTurn\x12\x12\n\ncommand_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12,\n\x05input\x18\x03 \x03(\x0b\x32\x1d.general_agent.v1.ContentPart\x12.\n\x07options\x18\x04 \x01(\x0b\x32\x1d.general_agent.v1.TurnOptions\"\xc2\x01\n\x16RunSessionHostedResult\x12\x12\n\ncommand_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12(\n\x06output\x18\x03 \x01(\x0b\x32\x16.google.protobuf.ValueH\x00\x12\x15\n\x0boutput_json\x18\x04 \x01(\tH\x00\x12\x0f\n\x05\x65rror\x18\x05 \x01(\tH\x00\x12\'\n\x07\x64\x65tails\x18\x06 \x01(\x0b\x32\x16.google.protobuf.ValueB\x08\n\x06result\"T\n\x10RunSessionInject\x12\x12\n\ncommand_id\x18\x01 \x01(\t\x12,\n\x05input\x18\x02 \x03(\x0b\x32\x1d.general_agent.v1.ContentPart\"$\n\x0eRunSessionStop\x12\x12\n\ncommand_id\x18\x01 \x01(\t\")\n\x13RunSessionClearStop\x12\x12\n\ncommand_id\x18\x01 \x01(\t\"6\n\x10RunSessionCancel\x12\x12\n\ncommand_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\"\x10\n\x0eRunSessionPing\"\xbe\x01\n\x12RunSessionResponse\x12/\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1e.general_agent.v1.SessionEventH\x00\x12\x39\n\x0e\x63ommand_result\x18\x02 \x01(\x0b\x32\x1f.general_agent.v1.CommandResultH\x00\x12\x30\n\theartbeat\x18\x03 \x01(\x0b\x32\x1b.general_agent.v1.HeartbeatH\x00\x42\n\n\x08response\"i\n\rCommandResult\x12\x12\n\ncommand_id\x18\x01 \x01(\t\x12\"\n\x06status\x18\x02 \x01(\x0b\x32\x12.google.rpc.Status\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x04 \x01(\x08\"\"\n\tHeartbeat\x12\x15\n\rlast_sequence\x18\x01 \x01(\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'general_agent.v1.run_session_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RUNSESSIONREQUEST']._serialized_start=203
-  _globals['_RUNSESSIONREQUEST']._serialized_end=673
-  _globals['_RUNSESSIONATTACH']._serialized_start=676
-  _globals['_RUNSESSIONATTACH']._serialized_end=817
-  _globals['_RUNSESSIONTURN']._serialized_start=820
-  _globals['_RUNSESSIONTURN']._serialized_end=970
-  _globals['_RUNSESSIONHOSTEDRESULT']._serialized_start=973
-  _globals['_RUNSESSIONHOSTEDRESULT']._serialized_end=1167
-  _globals['_RUNSESSIONINJECT']._serialized_start=1169
-  _globals['_RUNSESSIONINJECT']._serialized_end=1253
-  _globals['_RUNSESSIONSTOP']._serialized_start=1255
-  _globals['_RUNSESSIONSTOP']._serialized_end=1291
-  _globals['_RUNSESSIONCLEARSTOP']._serialized_start=1293
-  _globals['_RUNSESSIONCLEARSTOP']._serialized_end=1334
-  _globals['_RUNSESSIONCANCEL']._serialized_start=1336
-  _globals['_RUNSESSIONCANCEL']._serialized_end=1390
-  _globals['_RUNSESSIONPING']._serialized_start=1392
-  _globals['_RUNSESSIONPING']._serialized_end=1408
-  _globals['_RUNSESSIONRESPONSE']._serialized_start=1411
-  _globals['_RUNSESSIONRESPONSE']._serialized_end=1601
-  _globals['_COMMANDRESULT']._serialized_start=1603
-  _globals['_COMMANDRESULT']._serialized_end=1708
-  _globals['_HEARTBEAT']._serialized_start=1710
-  _globals['_HEARTBEAT']._serialized_end=1744
+  _globals['_RUNSESSIONREQUEST']._serialized_start=236
+  _globals['_RUNSESSIONREQUEST']._serialized_end=779
+  _globals['_RUNSESSIONRESOLVEAPPROVAL']._serialized_start=782
+  _globals['_RUNSESSIONRESOLVEAPPROVAL']._serialized_end=991
+  _globals['_RUNSESSIONATTACH']._serialized_start=994
+  _globals['_RUNSESSIONATTACH']._serialized_end=1135
+  _globals['_RUNSESSIONTURN']._serialized_start=1138
+  _globals['_RUNSESSIONTURN']._serialized_end=1288
+  _globals['_RUNSESSIONHOSTEDRESULT']._serialized_start=1291
+  _globals['_RUNSESSIONHOSTEDRESULT']._serialized_end=1485
+  _globals['_RUNSESSIONINJECT']._serialized_start=1487
+  _globals['_RUNSESSIONINJECT']._serialized_end=1571
+  _globals['_RUNSESSIONSTOP']._serialized_start=1573
+  _globals['_RUNSESSIONSTOP']._serialized_end=1609
+  _globals['_RUNSESSIONCLEARSTOP']._serialized_start=1611
+  _globals['_RUNSESSIONCLEARSTOP']._serialized_end=1652
+  _globals['_RUNSESSIONCANCEL']._serialized_start=1654
+  _globals['_RUNSESSIONCANCEL']._serialized_end=1708
+  _globals['_RUNSESSIONPING']._serialized_start=1710
+  _globals['_RUNSESSIONPING']._serialized_end=1726
+  _globals['_RUNSESSIONRESPONSE']._serialized_start=1729
+  _globals['_RUNSESSIONRESPONSE']._serialized_end=1919
+  _globals['_COMMANDRESULT']._serialized_start=1921
+  _globals['_COMMANDRESULT']._serialized_end=2026
+  _globals['_HEARTBEAT']._serialized_start=2028
+  _globals['_HEARTBEAT']._serialized_end=2062
 # @@protoc_insertion_point(module_scope)

@@ -4,6 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from general_agent.v1 import approval_pb2 as _approval_pb2
 from general_agent.v1 import content_pb2 as _content_pb2
 from general_agent.v1 import event_pb2 as _event_pb2
 from general_agent.v1 import turn_pb2 as _turn_pb2
@@ -44,6 +45,7 @@ class RunSessionRequest(_message.Message):
     CLEAR_STOP_FIELD_NUMBER: _builtins.int
     CANCEL_FIELD_NUMBER: _builtins.int
     PING_FIELD_NUMBER: _builtins.int
+    RESOLVE_APPROVAL_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def attach(self) -> Global___RunSessionAttach:
         """Must be first."""
@@ -76,6 +78,10 @@ class RunSessionRequest(_message.Message):
     def ping(self) -> Global___RunSessionPing:
         """Keep-alive; answered with a heartbeat."""
 
+    @_builtins.property
+    def resolve_approval(self) -> Global___RunSessionResolveApproval:
+        """Answer a call waiting for approval."""
+
     def __init__(
         self,
         *,
@@ -87,16 +93,61 @@ class RunSessionRequest(_message.Message):
         clear_stop: Global___RunSessionClearStop | None = ...,
         cancel: Global___RunSessionCancel | None = ...,
         ping: Global___RunSessionPing | None = ...,
+        resolve_approval: Global___RunSessionResolveApproval | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["attach", b"attach", "cancel", b"cancel", "clear_stop", b"clear_stop", "command", b"command", "hosted_result", b"hosted_result", "inject", b"inject", "ping", b"ping", "stop", b"stop", "turn", b"turn"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["attach", b"attach", "cancel", b"cancel", "clear_stop", b"clear_stop", "command", b"command", "hosted_result", b"hosted_result", "inject", b"inject", "ping", b"ping", "resolve_approval", b"resolve_approval", "stop", b"stop", "turn", b"turn"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attach", b"attach", "cancel", b"cancel", "clear_stop", b"clear_stop", "command", b"command", "hosted_result", b"hosted_result", "inject", b"inject", "ping", b"ping", "stop", b"stop", "turn", b"turn"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attach", b"attach", "cancel", b"cancel", "clear_stop", b"clear_stop", "command", b"command", "hosted_result", b"hosted_result", "inject", b"inject", "ping", b"ping", "resolve_approval", b"resolve_approval", "stop", b"stop", "turn", b"turn"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_command: _TypeAlias = _typing.Literal["attach", "turn", "hosted_result", "inject", "stop", "clear_stop", "cancel", "ping"]  # noqa: Y015
+    _WhichOneofReturnType_command: _TypeAlias = _typing.Literal["attach", "turn", "hosted_result", "inject", "stop", "clear_stop", "cancel", "ping", "resolve_approval"]  # noqa: Y015
     _WhichOneofArgType_command: _TypeAlias = _typing.Literal["command", b"command"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_command) -> _WhichOneofReturnType_command | None: ...
 
 Global___RunSessionRequest: _TypeAlias = RunSessionRequest  # noqa: Y015
+
+@_typing.final
+class RunSessionResolveApproval(_message.Message):
+    """Answer a call waiting for approval (as ResolveApproval)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMMAND_ID_FIELD_NUMBER: _builtins.int
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    DECISION_FIELD_NUMBER: _builtins.int
+    EDITED_INPUT_FIELD_NUMBER: _builtins.int
+    EDITED_INPUT_JSON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    command_id: _builtins.str
+    """Echoed in the command_result."""
+    call_id: _builtins.str
+    """The call."""
+    decision: _approval_pb2.ApprovalDecision.ValueType
+    """The answer."""
+    edited_input_json: _builtins.str
+    """The replacement input as exact JSON text (preferred)."""
+    message: _builtins.str
+    """With DENY: the text the model gets."""
+    @_builtins.property
+    def edited_input(self) -> _struct_pb2.Struct:
+        """A replacement input (APPROVE, APPROVE_ALWAYS)."""
+
+    def __init__(
+        self,
+        *,
+        command_id: _builtins.str = ...,
+        call_id: _builtins.str = ...,
+        decision: _approval_pb2.ApprovalDecision.ValueType = ...,
+        edited_input: _struct_pb2.Struct | None = ...,
+        edited_input_json: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["edited_input", b"edited_input"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "command_id", b"command_id", "decision", b"decision", "edited_input", b"edited_input", "edited_input_json", b"edited_input_json", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunSessionResolveApproval: _TypeAlias = RunSessionResolveApproval  # noqa: Y015
 
 @_typing.final
 class RunSessionAttach(_message.Message):

@@ -22,6 +22,7 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from general_agent.v1 import approval_pb2 as general__agent_dot_v1_dot_approval__pb2
 from general_agent.v1 import hook_registration_pb2 as general__agent_dot_v1_dot_hook__registration__pb2
 from general_agent.v1 import hosted_tool_pb2 as general__agent_dot_v1_dot_hosted__tool__pb2
 from general_agent.v1 import mcp_pb2 as general__agent_dot_v1_dot_mcp__pb2
@@ -30,7 +31,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1egeneral_agent/v1/session.proto\x12\x10general_agent.v1\x1a(general_agent/v1/hook_registration.proto\x1a\"general_agent/v1/hosted_tool.proto\x1a\x1ageneral_agent/v1/mcp.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"g\n\x0fSessionIdentity\x12+\n\x04mode\x18\x01 \x01(\x0e\x32\x1d.general_agent.v1.SessionMode\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x13\n\x0bsession_key\x18\x03 \x01(\t\"U\n\x0eThinkingConfig\x12,\n\x04mode\x18\x01 \x01(\x0e\x32\x1e.general_agent.v1.ThinkingMode\x12\x15\n\rbudget_tokens\x18\x02 \x01(\x05\"S\n\x0cMemoryConfig\x12\x14\n\x07\x65nabled\x18\x01 \x01(\x08H\x00\x88\x01\x01\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\tB\n\n\x08_enabled\"\xb9\x01\n\rSessionLimits\x12\x1f\n\x17max_model_calls_per_run\x18\x01 \x01(\x05\x12\x1e\n\x16max_tool_calls_per_run\x18\x02 \x01(\x05\x12/\n\x0crun_deadline\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x36\n\x13hosted_call_timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"T\n\x0e\x41utoCompaction\x12\x15\n\rthreshold_pct\x18\x01 \x01(\x05\x12+\n\x08\x63ooldown\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"5\n\nForkOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x13\n\x0b\x61t_sequence\x18\x02 \x01(\x03\"\x86\x01\n\rUsageSnapshot\x12\x19\n\x11used_input_tokens\x18\x01 \x01(\x03\x12\x16\n\x0e\x63ontext_window\x18\x02 \x01(\x03\x12\x10\n\x08used_pct\x18\x03 \x01(\x01\x12\x30\n\x0c\x63\x61pture_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x8f\x01\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x1f\n\x17\x63\x61\x63he_read_input_tokens\x18\x03 \x01(\x03\x12#\n\x1b\x63\x61\x63he_creation_input_tokens\x18\x04 \x01(\x03\x12\x13\n\x0bmodel_calls\x18\x05 \x01(\x03\"\xef\n\n\x07Session\x12\x33\n\x08identity\x18\x01 \x01(\x0b\x32!.general_agent.v1.SessionIdentity\x12\x14\n\x06tenant\x18\x02 \x01(\tB\x04\xe2\x41\x01\x03\x12\x15\n\rsystem_prompt\x18\x03 \x01(\t\x12\x11\n\tmodel_ref\x18\x04 \x01(\t\x12\x32\n\x08thinking\x18\x05 \x01(\x0b\x32 .general_agent.v1.ThinkingConfig\x12\x12\n\nmax_tokens\x18\x06 \x01(\x05\x12\x17\n\x0f\x61uth_profile_id\x18\x07 \x01(\t\x12<\n\x0chosted_tools\x18\x08 \x03(\x0b\x32&.general_agent.v1.HostedToolDefinition\x12>\n\x0bmcp_servers\x18\t \x03(\x0b\x32).general_agent.v1.Session.McpServersEntry\x12\x1c\n\x14\x64isabled_mcp_servers\x18\n \x03(\t\x12\x15\n\rallowed_tools\x18\x0b \x03(\t\x12>\n\x12hook_registrations\x18\x0c \x03(\x0b\x32\".general_agent.v1.HookRegistration\x12.\n\x06memory\x18\r \x01(\x0b\x32\x1e.general_agent.v1.MemoryConfig\x12\x35\n\x06labels\x18\x0e \x03(\x0b\x32%.general_agent.v1.Session.LabelsEntry\x12/\n\x06limits\x18\x0f \x01(\x0b\x32\x1f.general_agent.v1.SessionLimits\x12\x39\n\x0f\x61uto_compaction\x18\x10 \x01(\x0b\x32 .general_agent.v1.AutoCompaction\x12\x1f\n\x11parent_session_id\x18\x11 \x01(\tB\x04\xe2\x41\x01\x03\x12\x37\n\x0b\x66orked_from\x18\x12 \x01(\x0b\x32\x1c.general_agent.v1.ForkOriginB\x04\xe2\x41\x01\x03\x12\x33\n\x05state\x18\x13 \x01(\x0e\x32\x1e.general_agent.v1.SessionStateB\x04\xe2\x41\x01\x03\x12\x1b\n\ractive_run_id\x18\x14 \x01(\tB\x04\xe2\x41\x01\x03\x12\x1e\n\x10pending_call_ids\x18\x15 \x03(\tB\x04\xe2\x41\x01\x03\x12\x1c\n\x0estop_requested\x18\x16 \x01(\x08\x42\x04\xe2\x41\x01\x03\x12=\n\x0eusage_snapshot\x18\x17 \x01(\x0b\x32\x1f.general_agent.v1.UsageSnapshotB\x04\xe2\x41\x01\x03\x12\x37\n\x10\x63umulative_usage\x18\x18 \x01(\x0b\x32\x17.general_agent.v1.UsageB\x04\xe2\x41\x01\x03\x12\x1d\n\x0ftranscript_path\x18\x19 \x01(\tB\x04\xe2\x41\x01\x03\x12\x1b\n\rlast_sequence\x18\x1a \x01(\x03\x42\x04\xe2\x41\x01\x03\x12\x35\n\x0b\x63reate_time\x18\x1b \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x35\n\x0bupdate_time\x18\x1c \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x12\n\x04\x65tag\x18\x1d \x01(\tB\x04\xe2\x41\x01\x03\x12#\n\x15history_message_count\x18\x1e \x01(\x05\x42\x04\xe2\x41\x01\x03\x1aT\n\x0fMcpServersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x30\n\x05value\x18\x02 \x01(\x0b\x32!.general_agent.v1.McpServerConfig:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x8a\x02\n\x10SessionOverrides\x12\x1a\n\rsystem_prompt\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x16\n\tmodel_ref\x18\x02 \x01(\tH\x01\x88\x01\x01\x12\x32\n\x08thinking\x18\x03 \x01(\x0b\x32 .general_agent.v1.ThinkingConfig\x12\x1c\n\x0f\x61uth_profile_id\x18\x04 \x01(\tH\x02\x88\x01\x01\x12\x14\n\x07\x61pi_key\x18\x05 \x01(\tB\x03\x80\x01\x01\x12\x17\n\nmax_tokens\x18\x06 \x01(\x05H\x03\x88\x01\x01\x42\x10\n\x0e_system_promptB\x0c\n\n_model_refB\x12\n\x10_auth_profile_idB\r\n\x0b_max_tokens*^\n\x0bSessionMode\x12\x1c\n\x18SESSION_MODE_UNSPECIFIED\x10\x00\x12\x18\n\x14SESSION_MODE_GENERAL\x10\x01\x12\x17\n\x13SESSION_MODE_CODING\x10\x02*}\n\x0cSessionState\x12\x1d\n\x19SESSION_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12SESSION_STATE_IDLE\x10\x01\x12\x19\n\x15SESSION_STATE_RUNNING\x10\x02\x12\x1b\n\x17SESSION_STATE_SUSPENDED\x10\x03*z\n\x0cThinkingMode\x12\x1d\n\x19THINKING_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11THINKING_MODE_OFF\x10\x01\x12\x1a\n\x16THINKING_MODE_ADAPTIVE\x10\x02\x12\x18\n\x14THINKING_MODE_BUDGET\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1egeneral_agent/v1/session.proto\x12\x10general_agent.v1\x1a\x1fgeneral_agent/v1/approval.proto\x1a(general_agent/v1/hook_registration.proto\x1a\"general_agent/v1/hosted_tool.proto\x1a\x1ageneral_agent/v1/mcp.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"g\n\x0fSessionIdentity\x12+\n\x04mode\x18\x01 \x01(\x0e\x32\x1d.general_agent.v1.SessionMode\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x13\n\x0bsession_key\x18\x03 \x01(\t\"U\n\x0eThinkingConfig\x12,\n\x04mode\x18\x01 \x01(\x0e\x32\x1e.general_agent.v1.ThinkingMode\x12\x15\n\rbudget_tokens\x18\x02 \x01(\x05\"S\n\x0cMemoryConfig\x12\x14\n\x07\x65nabled\x18\x01 \x01(\x08H\x00\x88\x01\x01\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\tB\n\n\x08_enabled\"\xb9\x01\n\rSessionLimits\x12\x1f\n\x17max_model_calls_per_run\x18\x01 \x01(\x05\x12\x1e\n\x16max_tool_calls_per_run\x18\x02 \x01(\x05\x12/\n\x0crun_deadline\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x36\n\x13hosted_call_timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"T\n\x0e\x41utoCompaction\x12\x15\n\rthreshold_pct\x18\x01 \x01(\x05\x12+\n\x08\x63ooldown\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"5\n\nForkOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x13\n\x0b\x61t_sequence\x18\x02 \x01(\x03\"\x86\x01\n\rUsageSnapshot\x12\x19\n\x11used_input_tokens\x18\x01 \x01(\x03\x12\x16\n\x0e\x63ontext_window\x18\x02 \x01(\x03\x12\x10\n\x08used_pct\x18\x03 \x01(\x01\x12\x30\n\x0c\x63\x61pture_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x8f\x01\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x1f\n\x17\x63\x61\x63he_read_input_tokens\x18\x03 \x01(\x03\x12#\n\x1b\x63\x61\x63he_creation_input_tokens\x18\x04 \x01(\x03\x12\x13\n\x0bmodel_calls\x18\x05 \x01(\x03\"\xc8\x0b\n\x07Session\x12\x33\n\x08identity\x18\x01 \x01(\x0b\x32!.general_agent.v1.SessionIdentity\x12\x14\n\x06tenant\x18\x02 \x01(\tB\x04\xe2\x41\x01\x03\x12\x15\n\rsystem_prompt\x18\x03 \x01(\t\x12\x11\n\tmodel_ref\x18\x04 \x01(\t\x12\x32\n\x08thinking\x18\x05 \x01(\x0b\x32 .general_agent.v1.ThinkingConfig\x12\x12\n\nmax_tokens\x18\x06 \x01(\x05\x12\x17\n\x0f\x61uth_profile_id\x18\x07 \x01(\t\x12<\n\x0chosted_tools\x18\x08 \x03(\x0b\x32&.general_agent.v1.HostedToolDefinition\x12>\n\x0bmcp_servers\x18\t \x03(\x0b\x32).general_agent.v1.Session.McpServersEntry\x12\x1c\n\x14\x64isabled_mcp_servers\x18\n \x03(\t\x12\x15\n\rallowed_tools\x18\x0b \x03(\t\x12>\n\x12hook_registrations\x18\x0c \x03(\x0b\x32\".general_agent.v1.HookRegistration\x12.\n\x06memory\x18\r \x01(\x0b\x32\x1e.general_agent.v1.MemoryConfig\x12\x35\n\x06labels\x18\x0e \x03(\x0b\x32%.general_agent.v1.Session.LabelsEntry\x12/\n\x06limits\x18\x0f \x01(\x0b\x32\x1f.general_agent.v1.SessionLimits\x12\x39\n\x0f\x61uto_compaction\x18\x10 \x01(\x0b\x32 .general_agent.v1.AutoCompaction\x12\x1f\n\x11parent_session_id\x18\x11 \x01(\tB\x04\xe2\x41\x01\x03\x12\x37\n\x0b\x66orked_from\x18\x12 \x01(\x0b\x32\x1c.general_agent.v1.ForkOriginB\x04\xe2\x41\x01\x03\x12\x33\n\x05state\x18\x13 \x01(\x0e\x32\x1e.general_agent.v1.SessionStateB\x04\xe2\x41\x01\x03\x12\x1b\n\ractive_run_id\x18\x14 \x01(\tB\x04\xe2\x41\x01\x03\x12\x1e\n\x10pending_call_ids\x18\x15 \x03(\tB\x04\xe2\x41\x01\x03\x12\x1c\n\x0estop_requested\x18\x16 \x01(\x08\x42\x04\xe2\x41\x01\x03\x12=\n\x0eusage_snapshot\x18\x17 \x01(\x0b\x32\x1f.general_agent.v1.UsageSnapshotB\x04\xe2\x41\x01\x03\x12\x37\n\x10\x63umulative_usage\x18\x18 \x01(\x0b\x32\x17.general_agent.v1.UsageB\x04\xe2\x41\x01\x03\x12\x1d\n\x0ftranscript_path\x18\x19 \x01(\tB\x04\xe2\x41\x01\x03\x12\x1b\n\rlast_sequence\x18\x1a \x01(\x03\x42\x04\xe2\x41\x01\x03\x12\x35\n\x0b\x63reate_time\x18\x1b \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x35\n\x0bupdate_time\x18\x1c \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x12\n\x04\x65tag\x18\x1d \x01(\tB\x04\xe2\x41\x01\x03\x12#\n\x15history_message_count\x18\x1e \x01(\x05\x42\x04\xe2\x41\x01\x03\x12\x39\n\x0f\x61pproval_policy\x18\x1f \x01(\x0b\x32 .general_agent.v1.ApprovalPolicy\x12\x1c\n\x0e\x61pproved_tools\x18  \x03(\tB\x04\xe2\x41\x01\x03\x1aT\n\x0fMcpServersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x30\n\x05value\x18\x02 \x01(\x0b\x32!.general_agent.v1.McpServerConfig:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xc5\x02\n\x10SessionOverrides\x12\x1a\n\rsystem_prompt\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x16\n\tmodel_ref\x18\x02 \x01(\tH\x01\x88\x01\x01\x12\x32\n\x08thinking\x18\x03 \x01(\x0b\x32 .general_agent.v1.ThinkingConfig\x12\x1c\n\x0f\x61uth_profile_id\x18\x04 \x01(\tH\x02\x88\x01\x01\x12\x14\n\x07\x61pi_key\x18\x05 \x01(\tB\x03\x80\x01\x01\x12\x17\n\nmax_tokens\x18\x06 \x01(\x05H\x03\x88\x01\x01\x12\x39\n\x0f\x61pproval_policy\x18\x07 \x01(\x0b\x32 .general_agent.v1.ApprovalPolicyB\x10\n\x0e_system_promptB\x0c\n\n_model_refB\x12\n\x10_auth_profile_idB\r\n\x0b_max_tokens*^\n\x0bSessionMode\x12\x1c\n\x18SESSION_MODE_UNSPECIFIED\x10\x00\x12\x18\n\x14SESSION_MODE_GENERAL\x10\x01\x12\x17\n\x13SESSION_MODE_CODING\x10\x02*}\n\x0cSessionState\x12\x1d\n\x19SESSION_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12SESSION_STATE_IDLE\x10\x01\x12\x19\n\x15SESSION_STATE_RUNNING\x10\x02\x12\x1b\n\x17SESSION_STATE_SUSPENDED\x10\x03*z\n\x0cThinkingMode\x12\x1d\n\x19THINKING_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11THINKING_MODE_OFF\x10\x01\x12\x1a\n\x16THINKING_MODE_ADAPTIVE\x10\x02\x12\x18\n\x14THINKING_MODE_BUDGET\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -71,36 +72,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SESSION'].fields_by_name['etag']._serialized_options = b'\342A\001\003'
   _globals['_SESSION'].fields_by_name['history_message_count']._loaded_options = None
   _globals['_SESSION'].fields_by_name['history_message_count']._serialized_options = b'\342A\001\003'
+  _globals['_SESSION'].fields_by_name['approved_tools']._loaded_options = None
+  _globals['_SESSION'].fields_by_name['approved_tools']._serialized_options = b'\342A\001\003'
   _globals['_SESSIONOVERRIDES'].fields_by_name['api_key']._loaded_options = None
   _globals['_SESSIONOVERRIDES'].fields_by_name['api_key']._serialized_options = b'\200\001\001'
-  _globals['_SESSIONMODE']._serialized_start=2808
-  _globals['_SESSIONMODE']._serialized_end=2902
-  _globals['_SESSIONSTATE']._serialized_start=2904
-  _globals['_SESSIONSTATE']._serialized_end=3029
-  _globals['_THINKINGMODE']._serialized_start=3031
-  _globals['_THINKINGMODE']._serialized_end=3153
-  _globals['_SESSIONIDENTITY']._serialized_start=256
-  _globals['_SESSIONIDENTITY']._serialized_end=359
-  _globals['_THINKINGCONFIG']._serialized_start=361
-  _globals['_THINKINGCONFIG']._serialized_end=446
-  _globals['_MEMORYCONFIG']._serialized_start=448
-  _globals['_MEMORYCONFIG']._serialized_end=531
-  _globals['_SESSIONLIMITS']._serialized_start=534
-  _globals['_SESSIONLIMITS']._serialized_end=719
-  _globals['_AUTOCOMPACTION']._serialized_start=721
-  _globals['_AUTOCOMPACTION']._serialized_end=805
-  _globals['_FORKORIGIN']._serialized_start=807
-  _globals['_FORKORIGIN']._serialized_end=860
-  _globals['_USAGESNAPSHOT']._serialized_start=863
-  _globals['_USAGESNAPSHOT']._serialized_end=997
-  _globals['_USAGE']._serialized_start=1000
-  _globals['_USAGE']._serialized_end=1143
-  _globals['_SESSION']._serialized_start=1146
-  _globals['_SESSION']._serialized_end=2537
-  _globals['_SESSION_MCPSERVERSENTRY']._serialized_start=2406
-  _globals['_SESSION_MCPSERVERSENTRY']._serialized_end=2490
-  _globals['_SESSION_LABELSENTRY']._serialized_start=2492
-  _globals['_SESSION_LABELSENTRY']._serialized_end=2537
-  _globals['_SESSIONOVERRIDES']._serialized_start=2540
-  _globals['_SESSIONOVERRIDES']._serialized_end=2806
+  _globals['_SESSIONMODE']._serialized_start=2989
+  _globals['_SESSIONMODE']._serialized_end=3083
+  _globals['_SESSIONSTATE']._serialized_start=3085
+  _globals['_SESSIONSTATE']._serialized_end=3210
+  _globals['_THINKINGMODE']._serialized_start=3212
+  _globals['_THINKINGMODE']._serialized_end=3334
+  _globals['_SESSIONIDENTITY']._serialized_start=289
+  _globals['_SESSIONIDENTITY']._serialized_end=392
+  _globals['_THINKINGCONFIG']._serialized_start=394
+  _globals['_THINKINGCONFIG']._serialized_end=479
+  _globals['_MEMORYCONFIG']._serialized_start=481
+  _globals['_MEMORYCONFIG']._serialized_end=564
+  _globals['_SESSIONLIMITS']._serialized_start=567
+  _globals['_SESSIONLIMITS']._serialized_end=752
+  _globals['_AUTOCOMPACTION']._serialized_start=754
+  _globals['_AUTOCOMPACTION']._serialized_end=838
+  _globals['_FORKORIGIN']._serialized_start=840
+  _globals['_FORKORIGIN']._serialized_end=893
+  _globals['_USAGESNAPSHOT']._serialized_start=896
+  _globals['_USAGESNAPSHOT']._serialized_end=1030
+  _globals['_USAGE']._serialized_start=1033
+  _globals['_USAGE']._serialized_end=1176
+  _globals['_SESSION']._serialized_start=1179
+  _globals['_SESSION']._serialized_end=2659
+  _globals['_SESSION_MCPSERVERSENTRY']._serialized_start=2528
+  _globals['_SESSION_MCPSERVERSENTRY']._serialized_end=2612
+  _globals['_SESSION_LABELSENTRY']._serialized_start=2614
+  _globals['_SESSION_LABELSENTRY']._serialized_end=2659
+  _globals['_SESSIONOVERRIDES']._serialized_start=2662
+  _globals['_SESSIONOVERRIDES']._serialized_end=2987
 # @@protoc_insertion_point(module_scope)

@@ -4,6 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from general_agent.v1 import approval_pb2 as _approval_pb2
 from general_agent.v1 import hook_registration_pb2 as _hook_registration_pb2
 from general_agent.v1 import hosted_tool_pb2 as _hosted_tool_pb2
 from general_agent.v1 import mcp_pb2 as _mcp_pb2
@@ -369,7 +370,7 @@ Global___Usage: _TypeAlias = Usage  # noqa: Y015
 @_typing.final
 class Session(_message.Message):
     """A hosted session (docs/protocol.md, "Sessions").
-    [#next-free-field: 31]
+    [#next-free-field: 33]
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -445,6 +446,8 @@ class Session(_message.Message):
     UPDATE_TIME_FIELD_NUMBER: _builtins.int
     ETAG_FIELD_NUMBER: _builtins.int
     HISTORY_MESSAGE_COUNT_FIELD_NUMBER: _builtins.int
+    APPROVAL_POLICY_FIELD_NUMBER: _builtins.int
+    APPROVED_TOOLS_FIELD_NUMBER: _builtins.int
     tenant: _builtins.str
     """The owning tenant."""
     system_prompt: _builtins.str
@@ -541,6 +544,16 @@ class Session(_message.Message):
     def update_time(self) -> _timestamp_pb2.Timestamp:
         """Last change of any field or state."""
 
+    @_builtins.property
+    def approval_policy(self) -> _approval_pb2.ApprovalPolicy:
+        """What needs a person's approval before it runs; unset means the server's
+        default (the `approval_policy` setting).
+        """
+
+    @_builtins.property
+    def approved_tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Tools approved for the rest of the session (APPROVE_ALWAYS answers)."""
+
     def __init__(
         self,
         *,
@@ -574,10 +587,12 @@ class Session(_message.Message):
         update_time: _timestamp_pb2.Timestamp | None = ...,
         etag: _builtins.str = ...,
         history_message_count: _builtins.int = ...,
+        approval_policy: _approval_pb2.ApprovalPolicy | None = ...,
+        approved_tools: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["auto_compaction", b"auto_compaction", "create_time", b"create_time", "cumulative_usage", b"cumulative_usage", "forked_from", b"forked_from", "identity", b"identity", "limits", b"limits", "memory", b"memory", "thinking", b"thinking", "update_time", b"update_time", "usage_snapshot", b"usage_snapshot"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_policy", b"approval_policy", "auto_compaction", b"auto_compaction", "create_time", b"create_time", "cumulative_usage", b"cumulative_usage", "forked_from", b"forked_from", "identity", b"identity", "limits", b"limits", "memory", b"memory", "thinking", b"thinking", "update_time", b"update_time", "usage_snapshot", b"usage_snapshot"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_run_id", b"active_run_id", "allowed_tools", b"allowed_tools", "auth_profile_id", b"auth_profile_id", "auto_compaction", b"auto_compaction", "create_time", b"create_time", "cumulative_usage", b"cumulative_usage", "disabled_mcp_servers", b"disabled_mcp_servers", "etag", b"etag", "forked_from", b"forked_from", "history_message_count", b"history_message_count", "hook_registrations", b"hook_registrations", "hosted_tools", b"hosted_tools", "identity", b"identity", "labels", b"labels", "last_sequence", b"last_sequence", "limits", b"limits", "max_tokens", b"max_tokens", "mcp_servers", b"mcp_servers", "memory", b"memory", "model_ref", b"model_ref", "parent_session_id", b"parent_session_id", "pending_call_ids", b"pending_call_ids", "state", b"state", "stop_requested", b"stop_requested", "system_prompt", b"system_prompt", "tenant", b"tenant", "thinking", b"thinking", "transcript_path", b"transcript_path", "update_time", b"update_time", "usage_snapshot", b"usage_snapshot"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_run_id", b"active_run_id", "allowed_tools", b"allowed_tools", "approval_policy", b"approval_policy", "approved_tools", b"approved_tools", "auth_profile_id", b"auth_profile_id", "auto_compaction", b"auto_compaction", "create_time", b"create_time", "cumulative_usage", b"cumulative_usage", "disabled_mcp_servers", b"disabled_mcp_servers", "etag", b"etag", "forked_from", b"forked_from", "history_message_count", b"history_message_count", "hook_registrations", b"hook_registrations", "hosted_tools", b"hosted_tools", "identity", b"identity", "labels", b"labels", "last_sequence", b"last_sequence", "limits", b"limits", "max_tokens", b"max_tokens", "mcp_servers", b"mcp_servers", "memory", b"memory", "model_ref", b"model_ref", "parent_session_id", b"parent_session_id", "pending_call_ids", b"pending_call_ids", "state", b"state", "stop_requested", b"stop_requested", "system_prompt", b"system_prompt", "tenant", b"tenant", "thinking", b"thinking", "transcript_path", b"transcript_path", "update_time", b"update_time", "usage_snapshot", b"usage_snapshot"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -597,6 +612,7 @@ class SessionOverrides(_message.Message):
     AUTH_PROFILE_ID_FIELD_NUMBER: _builtins.int
     API_KEY_FIELD_NUMBER: _builtins.int
     MAX_TOKENS_FIELD_NUMBER: _builtins.int
+    APPROVAL_POLICY_FIELD_NUMBER: _builtins.int
     system_prompt: _builtins.str
     """New base system prompt."""
     model_ref: _builtins.str
@@ -613,6 +629,12 @@ class SessionOverrides(_message.Message):
     def thinking(self) -> Global___ThinkingConfig:
         """New thinking settings."""
 
+    @_builtins.property
+    def approval_policy(self) -> _approval_pb2.ApprovalPolicy:
+        """A new approval policy; it also clears the tools approved for the rest of
+        the session.
+        """
+
     def __init__(
         self,
         *,
@@ -622,10 +644,11 @@ class SessionOverrides(_message.Message):
         auth_profile_id: _builtins.str | None = ...,
         api_key: _builtins.str = ...,
         max_tokens: _builtins.int | None = ...,
+        approval_policy: _approval_pb2.ApprovalPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_auth_profile_id", b"_auth_profile_id", "_max_tokens", b"_max_tokens", "_model_ref", b"_model_ref", "_system_prompt", b"_system_prompt", "auth_profile_id", b"auth_profile_id", "max_tokens", b"max_tokens", "model_ref", b"model_ref", "system_prompt", b"system_prompt", "thinking", b"thinking"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_auth_profile_id", b"_auth_profile_id", "_max_tokens", b"_max_tokens", "_model_ref", b"_model_ref", "_system_prompt", b"_system_prompt", "approval_policy", b"approval_policy", "auth_profile_id", b"auth_profile_id", "max_tokens", b"max_tokens", "model_ref", b"model_ref", "system_prompt", b"system_prompt", "thinking", b"thinking"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_auth_profile_id", b"_auth_profile_id", "_max_tokens", b"_max_tokens", "_model_ref", b"_model_ref", "_system_prompt", b"_system_prompt", "api_key", b"api_key", "auth_profile_id", b"auth_profile_id", "max_tokens", b"max_tokens", "model_ref", b"model_ref", "system_prompt", b"system_prompt", "thinking", b"thinking"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_auth_profile_id", b"_auth_profile_id", "_max_tokens", b"_max_tokens", "_model_ref", b"_model_ref", "_system_prompt", b"_system_prompt", "api_key", b"api_key", "approval_policy", b"approval_policy", "auth_profile_id", b"auth_profile_id", "max_tokens", b"max_tokens", "model_ref", b"model_ref", "system_prompt", b"system_prompt", "thinking", b"thinking"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__auth_profile_id: _TypeAlias = _typing.Literal["auth_profile_id"]  # noqa: Y015
     _WhichOneofArgType__auth_profile_id: _TypeAlias = _typing.Literal["_auth_profile_id", b"_auth_profile_id"]  # noqa: Y015

@@ -22,13 +22,14 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from general_agent.v1 import approval_pb2 as general__agent_dot_v1_dot_approval__pb2
 from general_agent.v1 import content_pb2 as general__agent_dot_v1_dot_content__pb2
 from general_agent.v1 import event_pb2 as general__agent_dot_v1_dot_event__pb2
 from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgeneral_agent/v1/turn.proto\x12\x10general_agent.v1\x1a\x1egeneral_agent/v1/content.proto\x1a\x1cgeneral_agent/v1/event.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\"w\n\x0bTurnOptions\x12\x31\n\x0b\x62usy_policy\x18\x01 \x01(\x0e\x32\x1c.general_agent.v1.BusyPolicy\x12\x35\n\ron_disconnect\x18\x02 \x01(\x0e\x32\x1e.general_agent.v1.OnDisconnect\"\xa5\x01\n\x11StreamTurnRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x32\n\x05input\x18\x02 \x03(\x0b\x32\x1d.general_agent.v1.ContentPartB\x04\xe2\x41\x01\x02\x12.\n\x07options\x18\x03 \x01(\x0b\x32\x1d.general_agent.v1.TurnOptions\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"C\n\x12StreamTurnResponse\x12-\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1e.general_agent.v1.SessionEvent\"\x8c\x02\n\x1dSubmitHostedToolResultRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x15\n\x07\x63\x61ll_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12(\n\x06output\x18\x03 \x01(\x0b\x32\x16.google.protobuf.ValueH\x00\x12\x15\n\x0boutput_json\x18\x04 \x01(\tH\x00\x12\x0f\n\x05\x65rror\x18\x05 \x01(\tH\x00\x12\'\n\x07\x64\x65tails\x18\x06 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x35\n\ron_disconnect\x18\x07 \x01(\x0e\x32\x1e.general_agent.v1.OnDisconnectB\x08\n\x06result\"O\n\x1eSubmitHostedToolResultResponse\x12-\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1e.general_agent.v1.SessionEvent\"_\n\x13WatchSessionRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x1b\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x11\n\x0f_after_sequence\"E\n\x14WatchSessionResponse\x12-\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1e.general_agent.v1.SessionEvent\"x\n\x14InjectMessageRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x32\n\x05input\x18\x02 \x03(\x0b\x32\x1d.general_agent.v1.ContentPartB\x04\xe2\x41\x01\x02\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"9\n\x15InjectMessageResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06run_id\x18\x02 \x01(\t\".\n\x12RequestStopRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"%\n\x13RequestStopResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\",\n\x10\x43learStopRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"$\n\x11\x43learStopResponse\x12\x0f\n\x07was_set\x18\x01 \x01(\x08\"<\n\x10\x43\x61ncelRunRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x0e\n\x06run_id\x18\x02 \x01(\t\"6\n\x11\x43\x61ncelRunResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\x12\x0e\n\x06run_id\x18\x02 \x01(\t*\x8c\x01\n\nBusyPolicy\x12\x1b\n\x17\x42USY_POLICY_UNSPECIFIED\x10\x00\x12\x16\n\x12\x42USY_POLICY_REJECT\x10\x01\x12\x17\n\x13\x42USY_POLICY_ENQUEUE\x10\x02\x12\x19\n\x15\x42USY_POLICY_INTERRUPT\x10\x03\x12\x15\n\x11\x42USY_POLICY_STEER\x10\x04*c\n\x0cOnDisconnect\x12\x1d\n\x19ON_DISCONNECT_UNSPECIFIED\x10\x00\x12\x18\n\x14ON_DISCONNECT_CANCEL\x10\x01\x12\x1a\n\x16ON_DISCONNECT_CONTINUE\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgeneral_agent/v1/turn.proto\x12\x10general_agent.v1\x1a\x1fgeneral_agent/v1/approval.proto\x1a\x1egeneral_agent/v1/content.proto\x1a\x1cgeneral_agent/v1/event.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\"w\n\x0bTurnOptions\x12\x31\n\x0b\x62usy_policy\x18\x01 \x01(\x0e\x32\x1c.general_agent.v1.BusyPolicy\x12\x35\n\ron_disconnect\x18\x02 \x01(\x0e\x32\x1e.general_agent.v1.OnDisconnect\"\xa5\x01\n\x11StreamTurnRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x32\n\x05input\x18\x02 \x03(\x0b\x32\x1d.general_agent.v1.ContentPartB\x04\xe2\x41\x01\x02\x12.\n\x07options\x18\x03 \x01(\x0b\x32\x1d.general_agent.v1.TurnOptions\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"C\n\x12StreamTurnResponse\x12-\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1e.general_agent.v1.SessionEvent\"\x8c\x02\n\x1dSubmitHostedToolResultRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x15\n\x07\x63\x61ll_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12(\n\x06output\x18\x03 \x01(\x0b\x32\x16.google.protobuf.ValueH\x00\x12\x15\n\x0boutput_json\x18\x04 \x01(\tH\x00\x12\x0f\n\x05\x65rror\x18\x05 \x01(\tH\x00\x12\'\n\x07\x64\x65tails\x18\x06 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x35\n\ron_disconnect\x18\x07 \x01(\x0e\x32\x1e.general_agent.v1.OnDisconnectB\x08\n\x06result\"O\n\x1eSubmitHostedToolResultResponse\x12-\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1e.general_agent.v1.SessionEvent\"\x97\x02\n\x16ResolveApprovalRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x15\n\x07\x63\x61ll_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12:\n\x08\x64\x65\x63ision\x18\x03 \x01(\x0e\x32\".general_agent.v1.ApprovalDecisionB\x04\xe2\x41\x01\x02\x12-\n\x0c\x65\x64ited_input\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x19\n\x11\x65\x64ited_input_json\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\x12\x35\n\ron_disconnect\x18\x07 \x01(\x0e\x32\x1e.general_agent.v1.OnDisconnect\"H\n\x17ResolveApprovalResponse\x12-\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1e.general_agent.v1.SessionEvent\"_\n\x13WatchSessionRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x1b\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x11\n\x0f_after_sequence\"E\n\x14WatchSessionResponse\x12-\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1e.general_agent.v1.SessionEvent\"x\n\x14InjectMessageRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x32\n\x05input\x18\x02 \x03(\x0b\x32\x1d.general_agent.v1.ContentPartB\x04\xe2\x41\x01\x02\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"9\n\x15InjectMessageResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06run_id\x18\x02 \x01(\t\".\n\x12RequestStopRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"%\n\x13RequestStopResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\",\n\x10\x43learStopRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"$\n\x11\x43learStopResponse\x12\x0f\n\x07was_set\x18\x01 \x01(\x08\"<\n\x10\x43\x61ncelRunRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x0e\n\x06run_id\x18\x02 \x01(\t\"6\n\x11\x43\x61ncelRunResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\x12\x0e\n\x06run_id\x18\x02 \x01(\t*\x8c\x01\n\nBusyPolicy\x12\x1b\n\x17\x42USY_POLICY_UNSPECIFIED\x10\x00\x12\x16\n\x12\x42USY_POLICY_REJECT\x10\x01\x12\x17\n\x13\x42USY_POLICY_ENQUEUE\x10\x02\x12\x19\n\x15\x42USY_POLICY_INTERRUPT\x10\x03\x12\x15\n\x11\x42USY_POLICY_STEER\x10\x04*c\n\x0cOnDisconnect\x12\x1d\n\x19ON_DISCONNECT_UNSPECIFIED\x10\x00\x12\x18\n\x14ON_DISCONNECT_CANCEL\x10\x01\x12\x1a\n\x16ON_DISCONNECT_CONTINUE\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,6 +44,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SUBMITHOSTEDTOOLRESULTREQUEST'].fields_by_name['session_id']._serialized_options = b'\342A\001\002'
   _globals['_SUBMITHOSTEDTOOLRESULTREQUEST'].fields_by_name['call_id']._loaded_options = None
   _globals['_SUBMITHOSTEDTOOLRESULTREQUEST'].fields_by_name['call_id']._serialized_options = b'\342A\001\002'
+  _globals['_RESOLVEAPPROVALREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_RESOLVEAPPROVALREQUEST'].fields_by_name['session_id']._serialized_options = b'\342A\001\002'
+  _globals['_RESOLVEAPPROVALREQUEST'].fields_by_name['call_id']._loaded_options = None
+  _globals['_RESOLVEAPPROVALREQUEST'].fields_by_name['call_id']._serialized_options = b'\342A\001\002'
+  _globals['_RESOLVEAPPROVALREQUEST'].fields_by_name['decision']._loaded_options = None
+  _globals['_RESOLVEAPPROVALREQUEST'].fields_by_name['decision']._serialized_options = b'\342A\001\002'
   _globals['_WATCHSESSIONREQUEST'].fields_by_name['session_id']._loaded_options = None
   _globals['_WATCHSESSIONREQUEST'].fields_by_name['session_id']._serialized_options = b'\342A\001\002'
   _globals['_INJECTMESSAGEREQUEST'].fields_by_name['session_id']._loaded_options = None
@@ -55,38 +62,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CLEARSTOPREQUEST'].fields_by_name['session_id']._serialized_options = b'\342A\001\002'
   _globals['_CANCELRUNREQUEST'].fields_by_name['session_id']._loaded_options = None
   _globals['_CANCELRUNREQUEST'].fields_by_name['session_id']._serialized_options = b'\342A\001\002'
-  _globals['_BUSYPOLICY']._serialized_start=1523
-  _globals['_BUSYPOLICY']._serialized_end=1663
-  _globals['_ONDISCONNECT']._serialized_start=1665
-  _globals['_ONDISCONNECT']._serialized_end=1764
-  _globals['_TURNOPTIONS']._serialized_start=174
-  _globals['_TURNOPTIONS']._serialized_end=293
-  _globals['_STREAMTURNREQUEST']._serialized_start=296
-  _globals['_STREAMTURNREQUEST']._serialized_end=461
-  _globals['_STREAMTURNRESPONSE']._serialized_start=463
-  _globals['_STREAMTURNRESPONSE']._serialized_end=530
-  _globals['_SUBMITHOSTEDTOOLRESULTREQUEST']._serialized_start=533
-  _globals['_SUBMITHOSTEDTOOLRESULTREQUEST']._serialized_end=801
-  _globals['_SUBMITHOSTEDTOOLRESULTRESPONSE']._serialized_start=803
-  _globals['_SUBMITHOSTEDTOOLRESULTRESPONSE']._serialized_end=882
-  _globals['_WATCHSESSIONREQUEST']._serialized_start=884
-  _globals['_WATCHSESSIONREQUEST']._serialized_end=979
-  _globals['_WATCHSESSIONRESPONSE']._serialized_start=981
-  _globals['_WATCHSESSIONRESPONSE']._serialized_end=1050
-  _globals['_INJECTMESSAGEREQUEST']._serialized_start=1052
-  _globals['_INJECTMESSAGEREQUEST']._serialized_end=1172
-  _globals['_INJECTMESSAGERESPONSE']._serialized_start=1174
-  _globals['_INJECTMESSAGERESPONSE']._serialized_end=1231
-  _globals['_REQUESTSTOPREQUEST']._serialized_start=1233
-  _globals['_REQUESTSTOPREQUEST']._serialized_end=1279
-  _globals['_REQUESTSTOPRESPONSE']._serialized_start=1281
-  _globals['_REQUESTSTOPRESPONSE']._serialized_end=1318
-  _globals['_CLEARSTOPREQUEST']._serialized_start=1320
-  _globals['_CLEARSTOPREQUEST']._serialized_end=1364
-  _globals['_CLEARSTOPRESPONSE']._serialized_start=1366
-  _globals['_CLEARSTOPRESPONSE']._serialized_end=1402
-  _globals['_CANCELRUNREQUEST']._serialized_start=1404
-  _globals['_CANCELRUNREQUEST']._serialized_end=1464
-  _globals['_CANCELRUNRESPONSE']._serialized_start=1466
-  _globals['_CANCELRUNRESPONSE']._serialized_end=1520
+  _globals['_BUSYPOLICY']._serialized_start=1912
+  _globals['_BUSYPOLICY']._serialized_end=2052
+  _globals['_ONDISCONNECT']._serialized_start=2054
+  _globals['_ONDISCONNECT']._serialized_end=2153
+  _globals['_TURNOPTIONS']._serialized_start=207
+  _globals['_TURNOPTIONS']._serialized_end=326
+  _globals['_STREAMTURNREQUEST']._serialized_start=329
+  _globals['_STREAMTURNREQUEST']._serialized_end=494
+  _globals['_STREAMTURNRESPONSE']._serialized_start=496
+  _globals['_STREAMTURNRESPONSE']._serialized_end=563
+  _globals['_SUBMITHOSTEDTOOLRESULTREQUEST']._serialized_start=566
+  _globals['_SUBMITHOSTEDTOOLRESULTREQUEST']._serialized_end=834
+  _globals['_SUBMITHOSTEDTOOLRESULTRESPONSE']._serialized_start=836
+  _globals['_SUBMITHOSTEDTOOLRESULTRESPONSE']._serialized_end=915
+  _globals['_RESOLVEAPPROVALREQUEST']._serialized_start=918
+  _globals['_RESOLVEAPPROVALREQUEST']._serialized_end=1197
+  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_start=1199
+  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_end=1271
+  _globals['_WATCHSESSIONREQUEST']._serialized_start=1273
+  _globals['_WATCHSESSIONREQUEST']._serialized_end=1368
+  _globals['_WATCHSESSIONRESPONSE']._serialized_start=1370
+  _globals['_WATCHSESSIONRESPONSE']._serialized_end=1439
+  _globals['_INJECTMESSAGEREQUEST']._serialized_start=1441
+  _globals['_INJECTMESSAGEREQUEST']._serialized_end=1561
+  _globals['_INJECTMESSAGERESPONSE']._serialized_start=1563
+  _globals['_INJECTMESSAGERESPONSE']._serialized_end=1620
+  _globals['_REQUESTSTOPREQUEST']._serialized_start=1622
+  _globals['_REQUESTSTOPREQUEST']._serialized_end=1668
+  _globals['_REQUESTSTOPRESPONSE']._serialized_start=1670
+  _globals['_REQUESTSTOPRESPONSE']._serialized_end=1707
+  _globals['_CLEARSTOPREQUEST']._serialized_start=1709
+  _globals['_CLEARSTOPREQUEST']._serialized_end=1753
+  _globals['_CLEARSTOPRESPONSE']._serialized_start=1755
+  _globals['_CLEARSTOPRESPONSE']._serialized_end=1791
+  _globals['_CANCELRUNREQUEST']._serialized_start=1793
+  _globals['_CANCELRUNREQUEST']._serialized_end=1853
+  _globals['_CANCELRUNRESPONSE']._serialized_start=1855
+  _globals['_CANCELRUNRESPONSE']._serialized_end=1909
 # @@protoc_insertion_point(module_scope)

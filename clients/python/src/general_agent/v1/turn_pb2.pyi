@@ -4,6 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from general_agent.v1 import approval_pb2 as _approval_pb2
 from general_agent.v1 import content_pb2 as _content_pb2
 from general_agent.v1 import event_pb2 as _event_pb2
 from google.protobuf import descriptor as _descriptor
@@ -252,6 +253,80 @@ class SubmitHostedToolResultResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SubmitHostedToolResultResponse: _TypeAlias = SubmitHostedToolResultResponse  # noqa: Y015
+
+@_typing.final
+class ResolveApprovalRequest(_message.Message):
+    """Request of ResolveApproval."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    DECISION_FIELD_NUMBER: _builtins.int
+    EDITED_INPUT_FIELD_NUMBER: _builtins.int
+    EDITED_INPUT_JSON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    ON_DISCONNECT_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session."""
+    call_id: _builtins.str
+    """The call waiting for approval."""
+    decision: _approval_pb2.ApprovalDecision.ValueType
+    """The answer."""
+    edited_input_json: _builtins.str
+    """The replacement input as exact JSON text (preferred over `edited_input`)."""
+    message: _builtins.str
+    """With DENY: the text the model gets as the call's error."""
+    on_disconnect: Global___OnDisconnect.ValueType
+    """Disconnect policy for the continuation."""
+    @_builtins.property
+    def edited_input(self) -> _struct_pb2.Struct:
+        """A replacement input (APPROVE, APPROVE_ALWAYS): it replaces the shown
+        input entirely and is validated against the tool's schema.
+        """
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        call_id: _builtins.str = ...,
+        decision: _approval_pb2.ApprovalDecision.ValueType = ...,
+        edited_input: _struct_pb2.Struct | None = ...,
+        edited_input_json: _builtins.str = ...,
+        message: _builtins.str = ...,
+        on_disconnect: Global___OnDisconnect.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["edited_input", b"edited_input"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "decision", b"decision", "edited_input", b"edited_input", "edited_input_json", b"edited_input_json", "message", b"message", "on_disconnect", b"on_disconnect", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResolveApprovalRequest: _TypeAlias = ResolveApprovalRequest  # noqa: Y015
+
+@_typing.final
+class ResolveApprovalResponse(_message.Message):
+    """One event of ResolveApproval."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def event(self) -> _event_pb2.SessionEvent:
+        """The event."""
+
+    def __init__(
+        self,
+        *,
+        event: _event_pb2.SessionEvent | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResolveApprovalResponse: _TypeAlias = ResolveApprovalResponse  # noqa: Y015
 
 @_typing.final
 class WatchSessionRequest(_message.Message):

@@ -2,6 +2,7 @@
 
 The transport (api/servicer.py) calls them through this package."""
 
+from general_agent_server.api.convert.approvals import answer_from_proto
 from general_agent_server.api.convert.checkpoints import checkpoint_to_proto
 from general_agent_server.api.convert.content import parts_from_proto, parts_to_proto
 from general_agent_server.api.convert.events import event_to_proto
@@ -30,6 +31,7 @@ from general_agent_server.api.convert.turns import (
 from general_agent_server.api.convert.values import body_hash, idempotency, struct_from_dict, timestamp
 
 __all__ = [
+    "answer_from_proto",
     "attach_from_proto",
     "body_hash",
     "checkpoint_to_proto",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from general_agent.v1 import event_pb2
+from general_agent.v1 import approval_pb2, event_pb2
 from general_agent_server.api.convert.content import parts_to_proto
 from general_agent_server.api.convert.sessions import snapshot_to_proto, usage_to_proto
 from general_agent_server.api.convert.values import struct_from_json, timestamp, value_from_json
@@ -114,4 +114,30 @@ def event_to_proto(event: ev.SequencedEvent) -> event_pb2.SessionEvent:
         f2.usage.CopyFrom(usage_to_proto(body.usage))
     elif isinstance(body, ev.SessionResetEvent):
         out.session_reset.reason = body.reason
+    elif isinstance(body, ev.ApprovalRequested):
+        _approval_requested(out.approval_requested, body)
+    elif isinstance(body, ev.ApprovalResolved):
+        resolved = out.approval_resolved
+        resolved.call_id = body.call_id
+        resolved.decision = approval_pb2.ApprovalDecision.Value(f"APPROVAL_DECISION_{body.decision}")
+        resolved.input_json = body.input_json
+        resolved.timed_out = body.timed_out
     return out
+
+
+def _approval_requested(out: event_pb2.ApprovalRequestedEvent, body: ev.ApprovalRequested) -> None:
+    out.call_id = body.call_id
+    out.tool_name = body.tool_name
+    out.input_json = body.input_json
+    out.input.CopyFrom(struct_from_json(body.input_json))
+    out.title = body.title
+    out.description = body.description
+    out.severity = approval_pb2.ApprovalSeverity.Value(f"APPROVAL_SEVERITY_{body.severity.upper()}")
+    out.requested_by = body.requested_by
+    out.timeout_behavior = (
+        approval_pb2.APPROVAL_TIMEOUT_BEHAVIOR_ALLOW
+        if body.allow_on_timeout
+        else approval_pb2.APPROVAL_TIMEOUT_BEHAVIOR_DENY
+    )
+    if body.deadline is not None:
+        out.deadline.CopyFrom(timestamp(body.deadline))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from google.protobuf.message import Message
 
 from general_agent.v1 import run_session_pb2 as run_session_api
+from general_agent_server.api.convert.approvals import answer_from_proto
 from general_agent_server.api.convert.content import parts_from_proto
 from general_agent_server.api.convert.events import event_to_proto
 from general_agent_server.api.convert.turns import (
@@ -29,6 +30,7 @@ from general_agent_server.runs.commands import (
     Output,
     PingCommand,
     RejectedCommand,
+    ResolveApprovalCommand,
     StopCommand,
     TurnCommand,
 )
@@ -75,6 +77,13 @@ def command_from_proto(
                 command_id=command_id,
                 call_id=request.hosted_result.call_id,
                 result=hosted_result_from_proto(request.hosted_result, "hosted_result."),
+            )
+        if which == "resolve_approval":
+            command = request.resolve_approval
+            command_id = command.command_id
+            check_token("resolve_approval.call_id", command.call_id, required=True)
+            return ResolveApprovalCommand(
+                command_id=command_id, call_id=command.call_id, answer=answer_from_proto(command, "resolve_approval.")
             )
         if which == "inject":
             command_id = request.inject.command_id

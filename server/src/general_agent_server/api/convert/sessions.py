@@ -107,7 +107,21 @@ def config_from_proto(session: session_pb2.Session) -> SessionConfig:
         ),
         mcp_servers={name: json_text(cfg) for name, cfg in session.mcp_servers.items()},
         disabled_mcp_servers=tuple(session.disabled_mcp_servers),
+        approval_policy=policy_from_proto(session, "session.approval_policy"),
     )
+
+
+def policy_from_proto(message: Any, field: str) -> tuple[str, ...] | None:
+    """An absent policy is None (the server's default); a present, empty one asks for nothing."""
+    if not message.HasField("approval_policy"):
+        return None
+    entries = tuple(message.approval_policy.entries)
+    for i, entry in enumerate(entries):
+        if not entry or len(entry) > 128 or entry != entry.strip():
+            raise invalid_argument(f"{field}.entries[{i}]", "must be a tool name, `mutating` or `all` (1-128 chars)")
+    if len(entries) > 256:
+        raise invalid_argument(f"{field}.entries", "has more than 256 entries")
+    return entries
 
 
 def session_registrations(session: session_pb2.Session) -> list[HookRegistrationSpec]:
@@ -158,6 +172,7 @@ def overrides_from_proto(overrides: session_pb2.SessionOverrides) -> SessionOver
         auth_profile_id=overrides.auth_profile_id if overrides.HasField("auth_profile_id") else None,
         max_tokens=overrides.max_tokens if overrides.HasField("max_tokens") else None,
         api_key=overrides.api_key,
+        approval_policy=policy_from_proto(overrides, "overrides.approval_policy"),
     )
 
 
@@ -215,7 +230,11 @@ def session_to_proto(view: SessionView) -> session_pb2.Session:
         update_time=timestamp(r.update_time),
         etag=r.etag,
         history_message_count=r.history_message_count,
+        approved_tools=list(r.approved_tools),
     )
+    if c.approval_policy is not None:
+        session.approval_policy.SetInParent()
+        session.approval_policy.entries.extend(c.approval_policy)
     session.memory.user_id = c.memory.user_id
     session.memory.agent_id = c.memory.agent_id
     if c.memory.enabled is not None:

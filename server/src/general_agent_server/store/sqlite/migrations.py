@@ -140,6 +140,10 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (tenant, session_id, checkpoint_id, idx)
     );
     """,
+    # 5: calls awaiting a person's approval are found at start-up like pending hosted calls.
+    """
+    CREATE INDEX tool_calls_awaiting_approval ON tool_calls (status) WHERE status = 'AWAITING_APPROVAL';
+    """,
 )
 
 

@@ -39,6 +39,7 @@ def session_columns(record: SessionRecord) -> tuple[Any, ...]:
         "forked_from": codec.FORK_ORIGIN.to_jsonable(record.forked_from) if record.forked_from else None,
         "pending_injections": [codec.CONTENT_PARTS.to_jsonable(parts) for parts in record.pending_injections],
         "last_compaction_us": to_us(record.last_compaction_time) if record.last_compaction_time else None,
+        "approved_tools": list(record.approved_tools),
     }
     return (
         record.tenant,
@@ -103,6 +104,7 @@ def record_from_row(row: sqlite3.Row | tuple[Any, ...]) -> SessionRecord:
             codec.CONTENT_PARTS.loads(json.dumps(parts)) for parts in runtime.get("pending_injections", ())
         ),
         last_compaction_time=from_us(runtime["last_compaction_us"]) if runtime.get("last_compaction_us") else None,
+        approved_tools=tuple(runtime.get("approved_tools", ())),
     )
 
 

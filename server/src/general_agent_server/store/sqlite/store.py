@@ -224,12 +224,15 @@ class SqliteSessionStore:
         )
         return codec.TOOL_CALL.loads(row[0]) if row else None
 
-    async def list_pending_hosted_calls(self) -> list[ToolCallRecord]:
+    async def list_waiting_calls(self) -> list[ToolCallRecord]:
         rows = await self._fetch_all(
-            "SELECT record_json FROM tool_calls WHERE status='PENDING' AND kind='HOSTED'"
-            " ORDER BY tenant, session_id, round_index, position"
+            "SELECT tenant, session_id, round_index, position, record_json FROM tool_calls"
+            " WHERE status='PENDING' AND kind='HOSTED'"
+            " UNION ALL SELECT tenant, session_id, round_index, position, record_json FROM tool_calls"
+            " WHERE status='AWAITING_APPROVAL'"
+            " ORDER BY 1, 2, 3, 4"
         )
-        return [codec.TOOL_CALL.loads(r[0]) for r in rows]
+        return [codec.TOOL_CALL.loads(r[4]) for r in rows]
 
     # ------------------------------------------------------------------ checkpoints
     async def add_checkpoint(

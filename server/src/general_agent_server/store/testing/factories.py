@@ -28,6 +28,8 @@ from general_agent_server.domain.events import (
 )
 from general_agent_server.domain.history import HistoryMessage
 from general_agent_server.domain.records import (
+    Approval,
+    ApprovalSeverity,
     CallKind,
     CallResult,
     CallStatus,
@@ -140,6 +142,7 @@ def full_session(tenant: str, session_id: str) -> SessionRecord:
             mcp_servers={"docs": {"command": "mcp-docs", "args": ["--read-only"], "env": {"A": "1"}}},
             disabled_mcp_servers=("docs",),
             hook_registrations=({"event": "pre_tool_use", "url": "http://127.0.0.1:9/hook"},),
+            approval_policy=("mutating", "lookup"),
         ),
         create_time=datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC),
         update_time=datetime(2024, 5, 6, 7, 9, 10, 654321, tzinfo=UTC),
@@ -166,6 +169,7 @@ def full_session(tenant: str, session_id: str) -> SessionRecord:
         sequence_reserved=64,
         history_message_count=12,
         last_compaction_time=datetime(2024, 5, 6, 7, 9, 5, 222222, tzinfo=UTC),
+        approved_tools=("write", "docs__search"),
         version=3,
     )
 
@@ -346,6 +350,7 @@ def make_tool_call(
     position: int = 0,
     kind: CallKind = CallKind.LOCAL,
     resolved: bool = False,
+    awaiting_approval: bool = False,
 ) -> ToolCallRecord:
     """A tool call; hosted ones carry a deadline, resolved ones a result with an image (bytes round-trip)."""
     return ToolCallRecord(
@@ -358,7 +363,11 @@ def make_tool_call(
         tool_name="lookup" if kind is CallKind.HOSTED else "bash",
         input_json='{"q": "x", "n": 12345678901234567890}',
         kind=kind,
-        status=CallStatus.RESOLVED if resolved else CallStatus.PENDING,
+        status=CallStatus.RESOLVED
+        if resolved
+        else CallStatus.AWAITING_APPROVAL
+        if awaiting_approval
+        else CallStatus.PENDING,
         deadline=at(60) if kind is CallKind.HOSTED else None,
         result=CallResult(
             content=(TextPart(text="done"), ImagePart(mime_type="image/png", data=PNG_BYTES)),
@@ -370,4 +379,14 @@ def make_tool_call(
         resolved_by=ResolvedBy.SUBMIT if resolved else None,
         payload_hash="hash-" + call_id if resolved else "",
         resolve_sequence=7 if resolved else 0,
+        approval=Approval(
+            title="Approve bash?",
+            description="runs a command",
+            severity=ApprovalSeverity.CRITICAL,
+            requested_by="plugin-a",
+            allow_on_timeout=True,
+            deadline=at(90),
+        )
+        if awaiting_approval
+        else None,
     )

@@ -132,7 +132,7 @@ class RunStoreConformance(StoreConformance):
 
         assert await store.get_tool_call(tenant, sid, "call-1") == resolved
         assert await store.list_tool_calls(tenant, sid, "run-1") == [resolved]
-        assert [c for c in await store.list_pending_hosted_calls() if c.tenant == tenant] == []
+        assert [c for c in await store.list_waiting_calls() if c.tenant == tenant] == []
 
     async def test_pending_hosted_calls_span_tenants_and_skip_local_and_resolved(self, store: SessionStore) -> None:
         tenant_a, tenant_b = sorted([new_tenant(), new_tenant()])
@@ -150,10 +150,24 @@ class RunStoreConformance(StoreConformance):
         await store.write(WriteBatch(tenant=tenant_b, session_id=sid, tool_calls=[b_late, b_early]))
         await store.write(WriteBatch(tenant=tenant_a, session_id=sid, tool_calls=[a_only, *others]))
 
-        pending = [c for c in await store.list_pending_hosted_calls() if c.tenant in (tenant_a, tenant_b)]
+        pending = [c for c in await store.list_waiting_calls() if c.tenant in (tenant_a, tenant_b)]
 
         assert pending == [a_only, b_early, b_late]
         assert {c.status for c in pending} == {CallStatus.PENDING}
+
+    async def test_calls_awaiting_approval_are_waiting_calls_of_any_kind(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        await create(store, make_session(tenant, sid))
+        local = make_tool_call(tenant, sid, "run-1", "call-1", position=0, awaiting_approval=True)
+        hosted = make_tool_call(tenant, sid, "run-1", "call-2", position=1, kind=CallKind.HOSTED)
+        await store.write(WriteBatch(tenant=tenant, session_id=sid, tool_calls=[hosted, local]))
+
+        waiting = [c for c in await store.list_waiting_calls() if c.tenant == tenant]
+
+        assert waiting == [local, hosted]
+        assert waiting[0].status is CallStatus.AWAITING_APPROVAL
+        assert waiting[0].approval == local.approval
+        assert await store.get_tool_call(tenant, sid, "call-1") == local
 
     async def test_delete_session_removes_its_tool_calls(self, store: SessionStore) -> None:
         tenant, sid = new_tenant(), new_id()
@@ -165,4 +179,4 @@ class RunStoreConformance(StoreConformance):
 
         assert await store.get_tool_call(tenant, sid, "call-1") is None
         assert await store.list_tool_calls(tenant, sid, "run-1") == []
-        assert [c for c in await store.list_pending_hosted_calls() if c.tenant == tenant] == []
+        assert [c for c in await store.list_waiting_calls() if c.tenant == tenant] == []

@@ -106,6 +106,8 @@ class SessionRecordsConformance(StoreConformance):
         assert got.sequence_reserved == 64
         assert got.history_message_count == 12
         assert got.last_compaction_time == datetime(2024, 5, 6, 7, 9, 5, 222222, tzinfo=UTC)
+        assert got.approved_tools == ("write", "docs__search")
+        assert got.config.approval_policy == ("mutating", "lookup")
         assert got.version == 3
         assert got == record
 

@@ -4,6 +4,8 @@
 
 import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import type { ApprovalDecision, ApprovalSeverity, ApprovalTimeoutBehavior } from "./approval_pb.js";
+import { file_general_agent_v1_approval } from "./approval_pb.js";
 import type { ContentPart } from "./content_pb.js";
 import { file_general_agent_v1_content } from "./content_pb.js";
 import type { Usage, UsageSnapshot } from "./session_pb.js";
@@ -18,7 +20,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file general_agent/v1/event.proto.
  */
 export const file_general_agent_v1_event: GenFile = /*@__PURE__*/
-  fileDesc("ChxnZW5lcmFsX2FnZW50L3YxL2V2ZW50LnByb3RvEhBnZW5lcmFsX2FnZW50LnYxIq4ICgxTZXNzaW9uRXZlbnQSEAoIc2VxdWVuY2UYASABKAMSEgoKc2Vzc2lvbl9pZBgCIAEoCRIOCgZydW5faWQYAyABKAkSLwoLY3JlYXRlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjgKC3J1bl9zdGFydGVkGAogASgLMiEuZ2VuZXJhbF9hZ2VudC52MS5SdW5TdGFydGVkRXZlbnRIABJACg9hc3Npc3RhbnRfZGVsdGEYCyABKAsyJS5nZW5lcmFsX2FnZW50LnYxLkFzc2lzdGFudERlbHRhRXZlbnRIABJACg9yZWFzb25pbmdfZGVsdGEYDCABKAsyJS5nZW5lcmFsX2FnZW50LnYxLlJlYXNvbmluZ0RlbHRhRXZlbnRIABI8Cg1yZWFzb25pbmdfZW5kGA0gASgLMiMuZ2VuZXJhbF9hZ2VudC52MS5SZWFzb25pbmdFbmRFdmVudEgAEjQKCXRvb2xfY2FsbBgOIAEoCzIfLmdlbmVyYWxfYWdlbnQudjEuVG9vbENhbGxFdmVudEgAEjgKC3Rvb2xfcmVzdWx0GA8gASgLMiEuZ2VuZXJhbF9hZ2VudC52MS5Ub29sUmVzdWx0RXZlbnRIABI2Cgp0b29sX2Vycm9yGBAgASgLMiAuZ2VuZXJhbF9hZ2VudC52MS5Ub29sRXJyb3JFdmVudEgAEkEKEGhvc3RlZF90b29sX2NhbGwYESABKAsyJS5nZW5lcmFsX2FnZW50LnYxLkhvc3RlZFRvb2xDYWxsRXZlbnRIABI5Cg51c2FnZV9zbmFwc2hvdBgSIAEoCzIfLmdlbmVyYWxfYWdlbnQudjEuVXNhZ2VTbmFwc2hvdEgAEkYKEmNvbXBhY3Rpb25fc3RhcnRlZBgTIAEoCzIoLmdlbmVyYWxfYWdlbnQudjEuQ29tcGFjdGlvblN0YXJ0ZWRFdmVudEgAEkgKE2NvbXBhY3Rpb25fZmluaXNoZWQYFCABKAsyKS5nZW5lcmFsX2FnZW50LnYxLkNvbXBhY3Rpb25GaW5pc2hlZEV2ZW50SAASQgoQbWVzc2FnZV9pbmplY3RlZBgVIAEoCzImLmdlbmVyYWxfYWdlbnQudjEuTWVzc2FnZUluamVjdGVkRXZlbnRIABI8Cg10dXJuX2NvbXBsZXRlGBYgASgLMiMuZ2VuZXJhbF9hZ2VudC52MS5UdXJuQ29tcGxldGVFdmVudEgAEjoKDHJ1bl9maW5pc2hlZBgXIAEoCzIiLmdlbmVyYWxfYWdlbnQudjEuUnVuRmluaXNoZWRFdmVudEgAEjwKDXNlc3Npb25fcmVzZXQYGCABKAsyIy5nZW5lcmFsX2FnZW50LnYxLlNlc3Npb25SZXNldEV2ZW50SABCBwoFZXZlbnQiZwoPUnVuU3RhcnRlZEV2ZW50Ei0KB3RyaWdnZXIYASABKA4yHC5nZW5lcmFsX2FnZW50LnYxLlJ1blRyaWdnZXISEgoKcmVxdWVzdF9pZBgCIAEoCRIRCgltb2RlbF9yZWYYAyABKAkiIwoTQXNzaXN0YW50RGVsdGFFdmVudBIMCgR0ZXh0GAEgASgJIiMKE1JlYXNvbmluZ0RlbHRhRXZlbnQSDAoEdGV4dBgBIAEoCSITChFSZWFzb25pbmdFbmRFdmVudCJvCg1Ub29sQ2FsbEV2ZW50Eg8KB2NhbGxfaWQYASABKAkSEQoJdG9vbF9uYW1lGAIgASgJEiYKBWlucHV0GAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBISCgppbnB1dF9qc29uGAQgASgJIrUBCg9Ub29sUmVzdWx0RXZlbnQSDwoHY2FsbF9pZBgBIAEoCRIRCgl0b29sX25hbWUYAiABKAkSLQoGb3V0cHV0GAMgAygLMh0uZ2VuZXJhbF9hZ2VudC52MS5Db250ZW50UGFydBInCgdkZXRhaWxzGAQgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhAKCGlzX2Vycm9yGAUgASgIEhQKDGRldGFpbHNfanNvbhgGIAEoCSJsCg5Ub29sRXJyb3JFdmVudBIPCgdjYWxsX2lkGAEgASgJEhEKCXRvb2xfbmFtZRgCIAEoCRINCgVlcnJvchgDIAEoCRInCgdkZXRhaWxzGAQgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIqMBChNIb3N0ZWRUb29sQ2FsbEV2ZW50Eg8KB2NhbGxfaWQYASABKAkSEQoJdG9vbF9uYW1lGAIgASgJEiYKBWlucHV0GAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBISCgppbnB1dF9qc29uGAQgASgJEiwKCGRlYWRsaW5lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJMChZDb21wYWN0aW9uU3RhcnRlZEV2ZW50EjIKBnJlYXNvbhgBIAEoDjIiLmdlbmVyYWxfYWdlbnQudjEuQ29tcGFjdGlvblJlYXNvbiLqAQoXQ29tcGFjdGlvbkZpbmlzaGVkRXZlbnQSMgoGcmVhc29uGAEgASgOMiIuZ2VuZXJhbF9hZ2VudC52MS5Db21wYWN0aW9uUmVhc29uEhQKDHRva2Vuc19hZnRlchgCIAEoAxIeChZ0b2tlbnNfYWZ0ZXJfZXN0aW1hdGVkGAMgASgIEhEKCWNvbXBhY3RlZBgEIAEoCBIXCg9tZXNzYWdlc19iZWZvcmUYBSABKAUSFgoObWVzc2FnZXNfYWZ0ZXIYBiABKAUSIQoFZXJyb3IYByABKAsyEi5nb29nbGUucnBjLlN0YXR1cyJEChRNZXNzYWdlSW5qZWN0ZWRFdmVudBIsCgVpbnB1dBgBIAMoCzIdLmdlbmVyYWxfYWdlbnQudjEuQ29udGVudFBhcnQiaQoRVHVybkNvbXBsZXRlRXZlbnQSMQoLc3RvcF9yZWFzb24YASABKA4yHC5nZW5lcmFsX2FnZW50LnYxLlN0b3BSZWFzb24SIQoFZXJyb3IYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1cyKGAgoQUnVuRmluaXNoZWRFdmVudBItCgdvdXRjb21lGAEgASgOMhwuZ2VuZXJhbF9hZ2VudC52MS5SdW5PdXRjb21lEisKBnJlYXNvbhgCIAEoDjIbLmdlbmVyYWxfYWdlbnQudjEuUnVuUmVhc29uEjEKC3N0b3BfcmVhc29uGAMgASgOMhwuZ2VuZXJhbF9hZ2VudC52MS5TdG9wUmVhc29uEiEKBWVycm9yGAQgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXMSGAoQcGVuZGluZ19jYWxsX2lkcxgFIAMoCRImCgV1c2FnZRgGIAEoCzIXLmdlbmVyYWxfYWdlbnQudjEuVXNhZ2UiIwoRU2Vzc2lvblJlc2V0RXZlbnQSDgoGcmVhc29uGAEgASgJKnUKClJ1blRyaWdnZXISGwoXUlVOX1RSSUdHRVJfVU5TUEVDSUZJRUQQABIUChBSVU5fVFJJR0dFUl9UVVJOEAESHQoZUlVOX1RSSUdHRVJfRU5RVUVVRURfVFVSThACEhUKEVJVTl9UUklHR0VSX1NURUVSEAMqwQEKClN0b3BSZWFzb24SGwoXU1RPUF9SRUFTT05fVU5TUEVDSUZJRUQQABIUChBTVE9QX1JFQVNPTl9TVE9QEAESFgoSU1RPUF9SRUFTT05fTEVOR1RIEAISGAoUU1RPUF9SRUFTT05fVE9PTF9VU0UQAxIVChFTVE9QX1JFQVNPTl9FUlJPUhAEEhcKE1NUT1BfUkVBU09OX0FCT1JURUQQBRIeChpTVE9QX1JFQVNPTl9TVE9QX1JFUVVFU1RFRBAGKpABCgpSdW5PdXRjb21lEhsKF1JVTl9PVVRDT01FX1VOU1BFQ0lGSUVEEAASGQoVUlVOX09VVENPTUVfQ09NUExFVEVEEAESGQoVUlVOX09VVENPTUVfU1VTUEVOREVEEAISFwoTUlVOX09VVENPTUVfU1RPUFBFRBADEhYKElJVTl9PVVRDT01FX0ZBSUxFRBAEKokECglSdW5SZWFzb24SGgoWUlVOX1JFQVNPTl9VTlNQRUNJRklFRBAAEh0KGVJVTl9SRUFTT05fU1RPUF9SRVFVRVNURUQQARIYChRSVU5fUkVBU09OX0NBTkNFTExFRBACEhkKFVJVTl9SRUFTT05fU1VQRVJTRURFRBADEhwKGFJVTl9SRUFTT05fU0VTU0lPTl9SRVNFVBAEEh4KGlJVTl9SRUFTT05fU0VTU0lPTl9ERUxFVEVEEAUSHwobUlVOX1JFQVNPTl9PVVRQVVRfVFJVTkNBVEVEEAYSHAoYUlVOX1JFQVNPTl9NT0RFTF9SRUZVU0FMEAcSHQoZUlVOX1JFQVNPTl9QUk9WSURFUl9FUlJPUhAIEh8KG1JVTl9SRUFTT05fQ09OVEVYVF9PVkVSRkxPVxAJEhoKFlJVTl9SRUFTT05fSE9PS19GQUlMRUQQChIeChpSVU5fUkVBU09OX01BWF9NT0RFTF9DQUxMUxALEh0KGVJVTl9SRUFTT05fTUFYX1RPT0xfQ0FMTFMQDBIkCiBSVU5fUkVBU09OX1JVTl9ERUFETElORV9FWENFRURFRBANEhkKFVJVTl9SRUFTT05fTk9fQVBJX0tFWRAOEhoKFlJVTl9SRUFTT05fSU5URVJSVVBURUQQDxIXChNSVU5fUkVBU09OX0lOVEVSTkFMEBAqqgEKEENvbXBhY3Rpb25SZWFzb24SIQodQ09NUEFDVElPTl9SRUFTT05fVU5TUEVDSUZJRUQQABIkCiBDT01QQUNUSU9OX1JFQVNPTl9NQU5VQUxfUkVRVUVTVBABEiUKIUNPTVBBQ1RJT05fUkVBU09OX1RPS0VOX1RIUkVTSE9MRBACEiYKIkNPTVBBQ1RJT05fUkVBU09OX0NPTlRFWFRfT1ZFUkZMT1cQA0LXAQoUY29tLmdlbmVyYWxfYWdlbnQudjFCCkV2ZW50UHJvdG9QAVpWZ2l0aHViLmNvbS9nZW5lcmFsLWFnZW50L2dlbmVyYWwtYWdlbnQvY2xpZW50cy9nby9nZW4vZ2VuZXJhbF9hZ2VudC92MTtnZW5lcmFsX2FnZW50djGiAgNHWFiqAg9HZW5lcmFsQWdlbnQuVjHKAg9HZW5lcmFsQWdlbnRcVjHiAhtHZW5lcmFsQWdlbnRcVjFcR1BCTWV0YWRhdGHqAhBHZW5lcmFsQWdlbnQ6OlYxYgZwcm90bzM", [file_general_agent_v1_content, file_general_agent_v1_session, file_google_protobuf_struct, file_google_protobuf_timestamp, file_google_rpc_status]);
+  fileDesc("ChxnZW5lcmFsX2FnZW50L3YxL2V2ZW50LnByb3RvEhBnZW5lcmFsX2FnZW50LnYxIrwJCgxTZXNzaW9uRXZlbnQSEAoIc2VxdWVuY2UYASABKAMSEgoKc2Vzc2lvbl9pZBgCIAEoCRIOCgZydW5faWQYAyABKAkSLwoLY3JlYXRlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjgKC3J1bl9zdGFydGVkGAogASgLMiEuZ2VuZXJhbF9hZ2VudC52MS5SdW5TdGFydGVkRXZlbnRIABJACg9hc3Npc3RhbnRfZGVsdGEYCyABKAsyJS5nZW5lcmFsX2FnZW50LnYxLkFzc2lzdGFudERlbHRhRXZlbnRIABJACg9yZWFzb25pbmdfZGVsdGEYDCABKAsyJS5nZW5lcmFsX2FnZW50LnYxLlJlYXNvbmluZ0RlbHRhRXZlbnRIABI8Cg1yZWFzb25pbmdfZW5kGA0gASgLMiMuZ2VuZXJhbF9hZ2VudC52MS5SZWFzb25pbmdFbmRFdmVudEgAEjQKCXRvb2xfY2FsbBgOIAEoCzIfLmdlbmVyYWxfYWdlbnQudjEuVG9vbENhbGxFdmVudEgAEjgKC3Rvb2xfcmVzdWx0GA8gASgLMiEuZ2VuZXJhbF9hZ2VudC52MS5Ub29sUmVzdWx0RXZlbnRIABI2Cgp0b29sX2Vycm9yGBAgASgLMiAuZ2VuZXJhbF9hZ2VudC52MS5Ub29sRXJyb3JFdmVudEgAEkEKEGhvc3RlZF90b29sX2NhbGwYESABKAsyJS5nZW5lcmFsX2FnZW50LnYxLkhvc3RlZFRvb2xDYWxsRXZlbnRIABI5Cg51c2FnZV9zbmFwc2hvdBgSIAEoCzIfLmdlbmVyYWxfYWdlbnQudjEuVXNhZ2VTbmFwc2hvdEgAEkYKEmNvbXBhY3Rpb25fc3RhcnRlZBgTIAEoCzIoLmdlbmVyYWxfYWdlbnQudjEuQ29tcGFjdGlvblN0YXJ0ZWRFdmVudEgAEkgKE2NvbXBhY3Rpb25fZmluaXNoZWQYFCABKAsyKS5nZW5lcmFsX2FnZW50LnYxLkNvbXBhY3Rpb25GaW5pc2hlZEV2ZW50SAASQgoQbWVzc2FnZV9pbmplY3RlZBgVIAEoCzImLmdlbmVyYWxfYWdlbnQudjEuTWVzc2FnZUluamVjdGVkRXZlbnRIABI8Cg10dXJuX2NvbXBsZXRlGBYgASgLMiMuZ2VuZXJhbF9hZ2VudC52MS5UdXJuQ29tcGxldGVFdmVudEgAEjoKDHJ1bl9maW5pc2hlZBgXIAEoCzIiLmdlbmVyYWxfYWdlbnQudjEuUnVuRmluaXNoZWRFdmVudEgAEjwKDXNlc3Npb25fcmVzZXQYGCABKAsyIy5nZW5lcmFsX2FnZW50LnYxLlNlc3Npb25SZXNldEV2ZW50SAASRgoSYXBwcm92YWxfcmVxdWVzdGVkGBkgASgLMiguZ2VuZXJhbF9hZ2VudC52MS5BcHByb3ZhbFJlcXVlc3RlZEV2ZW50SAASRAoRYXBwcm92YWxfcmVzb2x2ZWQYGiABKAsyJy5nZW5lcmFsX2FnZW50LnYxLkFwcHJvdmFsUmVzb2x2ZWRFdmVudEgAQgcKBWV2ZW50ImcKD1J1blN0YXJ0ZWRFdmVudBItCgd0cmlnZ2VyGAEgASgOMhwuZ2VuZXJhbF9hZ2VudC52MS5SdW5UcmlnZ2VyEhIKCnJlcXVlc3RfaWQYAiABKAkSEQoJbW9kZWxfcmVmGAMgASgJIiMKE0Fzc2lzdGFudERlbHRhRXZlbnQSDAoEdGV4dBgBIAEoCSIjChNSZWFzb25pbmdEZWx0YUV2ZW50EgwKBHRleHQYASABKAkiEwoRUmVhc29uaW5nRW5kRXZlbnQibwoNVG9vbENhbGxFdmVudBIPCgdjYWxsX2lkGAEgASgJEhEKCXRvb2xfbmFtZRgCIAEoCRImCgVpbnB1dBgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKaW5wdXRfanNvbhgEIAEoCSK1AQoPVG9vbFJlc3VsdEV2ZW50Eg8KB2NhbGxfaWQYASABKAkSEQoJdG9vbF9uYW1lGAIgASgJEi0KBm91dHB1dBgDIAMoCzIdLmdlbmVyYWxfYWdlbnQudjEuQ29udGVudFBhcnQSJwoHZGV0YWlscxgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIQCghpc19lcnJvchgFIAEoCBIUCgxkZXRhaWxzX2pzb24YBiABKAkibAoOVG9vbEVycm9yRXZlbnQSDwoHY2FsbF9pZBgBIAEoCRIRCgl0b29sX25hbWUYAiABKAkSDQoFZXJyb3IYAyABKAkSJwoHZGV0YWlscxgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZSKjAQoTSG9zdGVkVG9vbENhbGxFdmVudBIPCgdjYWxsX2lkGAEgASgJEhEKCXRvb2xfbmFtZRgCIAEoCRImCgVpbnB1dBgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKaW5wdXRfanNvbhgEIAEoCRIsCghkZWFkbGluZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi2wIKFkFwcHJvdmFsUmVxdWVzdGVkRXZlbnQSDwoHY2FsbF9pZBgBIAEoCRIRCgl0b29sX25hbWUYAiABKAkSJgoFaW5wdXQYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhIKCmlucHV0X2pzb24YBCABKAkSDQoFdGl0bGUYBSABKAkSEwoLZGVzY3JpcHRpb24YBiABKAkSNAoIc2V2ZXJpdHkYByABKA4yIi5nZW5lcmFsX2FnZW50LnYxLkFwcHJvdmFsU2V2ZXJpdHkSLAoIZGVhZGxpbmUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDHJlcXVlc3RlZF9ieRgJIAEoCRJDChB0aW1lb3V0X2JlaGF2aW9yGAogASgOMikuZ2VuZXJhbF9hZ2VudC52MS5BcHByb3ZhbFRpbWVvdXRCZWhhdmlvciKFAQoVQXBwcm92YWxSZXNvbHZlZEV2ZW50Eg8KB2NhbGxfaWQYASABKAkSNAoIZGVjaXNpb24YAiABKA4yIi5nZW5lcmFsX2FnZW50LnYxLkFwcHJvdmFsRGVjaXNpb24SEgoKaW5wdXRfanNvbhgDIAEoCRIRCgl0aW1lZF9vdXQYBCABKAgiTAoWQ29tcGFjdGlvblN0YXJ0ZWRFdmVudBIyCgZyZWFzb24YASABKA4yIi5nZW5lcmFsX2FnZW50LnYxLkNvbXBhY3Rpb25SZWFzb24i6gEKF0NvbXBhY3Rpb25GaW5pc2hlZEV2ZW50EjIKBnJlYXNvbhgBIAEoDjIiLmdlbmVyYWxfYWdlbnQudjEuQ29tcGFjdGlvblJlYXNvbhIUCgx0b2tlbnNfYWZ0ZXIYAiABKAMSHgoWdG9rZW5zX2FmdGVyX2VzdGltYXRlZBgDIAEoCBIRCgljb21wYWN0ZWQYBCABKAgSFwoPbWVzc2FnZXNfYmVmb3JlGAUgASgFEhYKDm1lc3NhZ2VzX2FmdGVyGAYgASgFEiEKBWVycm9yGAcgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXMiRAoUTWVzc2FnZUluamVjdGVkRXZlbnQSLAoFaW5wdXQYASADKAsyHS5nZW5lcmFsX2FnZW50LnYxLkNvbnRlbnRQYXJ0ImkKEVR1cm5Db21wbGV0ZUV2ZW50EjEKC3N0b3BfcmVhc29uGAEgASgOMhwuZ2VuZXJhbF9hZ2VudC52MS5TdG9wUmVhc29uEiEKBWVycm9yGAIgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXMihgIKEFJ1bkZpbmlzaGVkRXZlbnQSLQoHb3V0Y29tZRgBIAEoDjIcLmdlbmVyYWxfYWdlbnQudjEuUnVuT3V0Y29tZRIrCgZyZWFzb24YAiABKA4yGy5nZW5lcmFsX2FnZW50LnYxLlJ1blJlYXNvbhIxCgtzdG9wX3JlYXNvbhgDIAEoDjIcLmdlbmVyYWxfYWdlbnQudjEuU3RvcFJlYXNvbhIhCgVlcnJvchgEIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzEhgKEHBlbmRpbmdfY2FsbF9pZHMYBSADKAkSJgoFdXNhZ2UYBiABKAsyFy5nZW5lcmFsX2FnZW50LnYxLlVzYWdlIiMKEVNlc3Npb25SZXNldEV2ZW50Eg4KBnJlYXNvbhgBIAEoCSp1CgpSdW5UcmlnZ2VyEhsKF1JVTl9UUklHR0VSX1VOU1BFQ0lGSUVEEAASFAoQUlVOX1RSSUdHRVJfVFVSThABEh0KGVJVTl9UUklHR0VSX0VOUVVFVUVEX1RVUk4QAhIVChFSVU5fVFJJR0dFUl9TVEVFUhADKsEBCgpTdG9wUmVhc29uEhsKF1NUT1BfUkVBU09OX1VOU1BFQ0lGSUVEEAASFAoQU1RPUF9SRUFTT05fU1RPUBABEhYKElNUT1BfUkVBU09OX0xFTkdUSBACEhgKFFNUT1BfUkVBU09OX1RPT0xfVVNFEAMSFQoRU1RPUF9SRUFTT05fRVJST1IQBBIXChNTVE9QX1JFQVNPTl9BQk9SVEVEEAUSHgoaU1RPUF9SRUFTT05fU1RPUF9SRVFVRVNURUQQBiqQAQoKUnVuT3V0Y29tZRIbChdSVU5fT1VUQ09NRV9VTlNQRUNJRklFRBAAEhkKFVJVTl9PVVRDT01FX0NPTVBMRVRFRBABEhkKFVJVTl9PVVRDT01FX1NVU1BFTkRFRBACEhcKE1JVTl9PVVRDT01FX1NUT1BQRUQQAxIWChJSVU5fT1VUQ09NRV9GQUlMRUQQBCqJBAoJUnVuUmVhc29uEhoKFlJVTl9SRUFTT05fVU5TUEVDSUZJRUQQABIdChlSVU5fUkVBU09OX1NUT1BfUkVRVUVTVEVEEAESGAoUUlVOX1JFQVNPTl9DQU5DRUxMRUQQAhIZChVSVU5fUkVBU09OX1NVUEVSU0VERUQQAxIcChhSVU5fUkVBU09OX1NFU1NJT05fUkVTRVQQBBIeChpSVU5fUkVBU09OX1NFU1NJT05fREVMRVRFRBAFEh8KG1JVTl9SRUFTT05fT1VUUFVUX1RSVU5DQVRFRBAGEhwKGFJVTl9SRUFTT05fTU9ERUxfUkVGVVNBTBAHEh0KGVJVTl9SRUFTT05fUFJPVklERVJfRVJST1IQCBIfChtSVU5fUkVBU09OX0NPTlRFWFRfT1ZFUkZMT1cQCRIaChZSVU5fUkVBU09OX0hPT0tfRkFJTEVEEAoSHgoaUlVOX1JFQVNPTl9NQVhfTU9ERUxfQ0FMTFMQCxIdChlSVU5fUkVBU09OX01BWF9UT09MX0NBTExTEAwSJAogUlVOX1JFQVNPTl9SVU5fREVBRExJTkVfRVhDRUVERUQQDRIZChVSVU5fUkVBU09OX05PX0FQSV9LRVkQDhIaChZSVU5fUkVBU09OX0lOVEVSUlVQVEVEEA8SFwoTUlVOX1JFQVNPTl9JTlRFUk5BTBAQKqoBChBDb21wYWN0aW9uUmVhc29uEiEKHUNPTVBBQ1RJT05fUkVBU09OX1VOU1BFQ0lGSUVEEAASJAogQ09NUEFDVElPTl9SRUFTT05fTUFOVUFMX1JFUVVFU1QQARIlCiFDT01QQUNUSU9OX1JFQVNPTl9UT0tFTl9USFJFU0hPTEQQAhImCiJDT01QQUNUSU9OX1JFQVNPTl9DT05URVhUX09WRVJGTE9XEANC1wEKFGNvbS5nZW5lcmFsX2FnZW50LnYxQgpFdmVudFByb3RvUAFaVmdpdGh1Yi5jb20vZ2VuZXJhbC1hZ2VudC9nZW5lcmFsLWFnZW50L2NsaWVudHMvZ28vZ2VuL2dlbmVyYWxfYWdlbnQvdjE7Z2VuZXJhbF9hZ2VudHYxogIDR1hYqgIPR2VuZXJhbEFnZW50LlYxygIPR2VuZXJhbEFnZW50XFYx4gIbR2VuZXJhbEFnZW50XFYxXEdQQk1ldGFkYXRh6gIQR2VuZXJhbEFnZW50OjpWMWIGcHJvdG8z", [file_general_agent_v1_approval, file_general_agent_v1_content, file_general_agent_v1_session, file_google_protobuf_struct, file_google_protobuf_timestamp, file_google_rpc_status]);
 
 /**
  * One event of a session's durable event log (docs/protocol.md, "Turns and
@@ -184,6 +186,22 @@ export type SessionEvent = Message<"general_agent.v1.SessionEvent"> & {
      */
     value: SessionResetEvent;
     case: "sessionReset";
+  } | {
+    /**
+     * A call waits for a person's approval.
+     *
+     * @generated from field: general_agent.v1.ApprovalRequestedEvent approval_requested = 25;
+     */
+    value: ApprovalRequestedEvent;
+    case: "approvalRequested";
+  } | {
+    /**
+     * A person (or the deadline) answered an approval.
+     *
+     * @generated from field: general_agent.v1.ApprovalResolvedEvent approval_resolved = 26;
+     */
+    value: ApprovalResolvedEvent;
+    case: "approvalResolved";
   } | { case: undefined; value?: undefined };
 };
 
@@ -479,6 +497,133 @@ export const HostedToolCallEventSchema: GenMessage<HostedToolCallEvent> = /*@__P
   messageDesc(file_general_agent_v1_event, 8);
 
 /**
+ * A call that needs a person's approval before it runs. Answer it with
+ * ResolveApproval or the RunSession `resolve_approval` command.
+ *
+ * @generated from message general_agent.v1.ApprovalRequestedEvent
+ */
+export type ApprovalRequestedEvent = Message<"general_agent.v1.ApprovalRequestedEvent"> & {
+  /**
+   * The call id to answer.
+   *
+   * @generated from field: string call_id = 1;
+   */
+  callId: string;
+
+  /**
+   * The tool, as the model named it.
+   *
+   * @generated from field: string tool_name = 2;
+   */
+  toolName: string;
+
+  /**
+   * The input the call would run with.
+   *
+   * @generated from field: google.protobuf.Struct input = 3;
+   */
+  input?: JsonObject | undefined;
+
+  /**
+   * The same input as exact JSON text.
+   *
+   * @generated from field: string input_json = 4;
+   */
+  inputJson: string;
+
+  /**
+   * A short question for the person.
+   *
+   * @generated from field: string title = 5;
+   */
+  title: string;
+
+  /**
+   * Why approval is asked.
+   *
+   * @generated from field: string description = 6;
+   */
+  description: string;
+
+  /**
+   * How much is at stake.
+   *
+   * @generated from field: general_agent.v1.ApprovalSeverity severity = 7;
+   */
+  severity: ApprovalSeverity;
+
+  /**
+   * When the approval times out (then `timeout_behavior` applies).
+   *
+   * @generated from field: google.protobuf.Timestamp deadline = 8;
+   */
+  deadline?: Timestamp | undefined;
+
+  /**
+   * "policy", or "hook:<plugin_id>" for a before_tool_call handler.
+   *
+   * @generated from field: string requested_by = 9;
+   */
+  requestedBy: string;
+
+  /**
+   * What an unanswered approval becomes at its deadline.
+   *
+   * @generated from field: general_agent.v1.ApprovalTimeoutBehavior timeout_behavior = 10;
+   */
+  timeoutBehavior: ApprovalTimeoutBehavior;
+};
+
+/**
+ * Describes the message general_agent.v1.ApprovalRequestedEvent.
+ * Use `create(ApprovalRequestedEventSchema)` to create a new message.
+ */
+export const ApprovalRequestedEventSchema: GenMessage<ApprovalRequestedEvent> = /*@__PURE__*/
+  messageDesc(file_general_agent_v1_event, 9);
+
+/**
+ * An approval was answered (by a host, or by its deadline).
+ *
+ * @generated from message general_agent.v1.ApprovalResolvedEvent
+ */
+export type ApprovalResolvedEvent = Message<"general_agent.v1.ApprovalResolvedEvent"> & {
+  /**
+   * The call.
+   *
+   * @generated from field: string call_id = 1;
+   */
+  callId: string;
+
+  /**
+   * The decision.
+   *
+   * @generated from field: general_agent.v1.ApprovalDecision decision = 2;
+   */
+  decision: ApprovalDecision;
+
+  /**
+   * The input the call runs with (empty when denied).
+   *
+   * @generated from field: string input_json = 3;
+   */
+  inputJson: string;
+
+  /**
+   * True when the deadline decided.
+   *
+   * @generated from field: bool timed_out = 4;
+   */
+  timedOut: boolean;
+};
+
+/**
+ * Describes the message general_agent.v1.ApprovalResolvedEvent.
+ * Use `create(ApprovalResolvedEventSchema)` to create a new message.
+ */
+export const ApprovalResolvedEventSchema: GenMessage<ApprovalResolvedEvent> = /*@__PURE__*/
+  messageDesc(file_general_agent_v1_event, 10);
+
+/**
  * Compaction began.
  *
  * @generated from message general_agent.v1.CompactionStartedEvent
@@ -497,7 +642,7 @@ export type CompactionStartedEvent = Message<"general_agent.v1.CompactionStarted
  * Use `create(CompactionStartedEventSchema)` to create a new message.
  */
 export const CompactionStartedEventSchema: GenMessage<CompactionStartedEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_event, 9);
+  messageDesc(file_general_agent_v1_event, 11);
 
 /**
  * Compaction ended.
@@ -560,7 +705,7 @@ export type CompactionFinishedEvent = Message<"general_agent.v1.CompactionFinish
  * Use `create(CompactionFinishedEventSchema)` to create a new message.
  */
 export const CompactionFinishedEventSchema: GenMessage<CompactionFinishedEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_event, 10);
+  messageDesc(file_general_agent_v1_event, 12);
 
 /**
  * A steering message reached the model.
@@ -581,7 +726,7 @@ export type MessageInjectedEvent = Message<"general_agent.v1.MessageInjectedEven
  * Use `create(MessageInjectedEventSchema)` to create a new message.
  */
 export const MessageInjectedEventSchema: GenMessage<MessageInjectedEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_event, 11);
+  messageDesc(file_general_agent_v1_event, 13);
 
 /**
  * One model call finished.
@@ -609,7 +754,7 @@ export type TurnCompleteEvent = Message<"general_agent.v1.TurnCompleteEvent"> & 
  * Use `create(TurnCompleteEventSchema)` to create a new message.
  */
 export const TurnCompleteEventSchema: GenMessage<TurnCompleteEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_event, 12);
+  messageDesc(file_general_agent_v1_event, 14);
 
 /**
  * A run finished (terminal) or suspended (non-terminal).
@@ -666,7 +811,7 @@ export type RunFinishedEvent = Message<"general_agent.v1.RunFinishedEvent"> & {
  * Use `create(RunFinishedEventSchema)` to create a new message.
  */
 export const RunFinishedEventSchema: GenMessage<RunFinishedEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_event, 13);
+  messageDesc(file_general_agent_v1_event, 15);
 
 /**
  * The session was reset.
@@ -687,7 +832,7 @@ export type SessionResetEvent = Message<"general_agent.v1.SessionResetEvent"> & 
  * Use `create(SessionResetEventSchema)` to create a new message.
  */
 export const SessionResetEventSchema: GenMessage<SessionResetEvent> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_event, 14);
+  messageDesc(file_general_agent_v1_event, 16);
 
 /**
  * What started a run.

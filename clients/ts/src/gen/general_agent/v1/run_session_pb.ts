@@ -4,6 +4,8 @@
 
 import type { GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import type { ApprovalDecision } from "./approval_pb.js";
+import { file_general_agent_v1_approval } from "./approval_pb.js";
 import type { ContentPart } from "./content_pb.js";
 import { file_general_agent_v1_content } from "./content_pb.js";
 import type { SessionEvent } from "./event_pb.js";
@@ -14,13 +16,13 @@ import type { Value } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_struct } from "@bufbuild/protobuf/wkt";
 import type { Status } from "../../google/rpc/status_pb.js";
 import { file_google_rpc_status } from "../../google/rpc/status_pb.js";
-import type { Message } from "@bufbuild/protobuf";
+import type { JsonObject, Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file general_agent/v1/run_session.proto.
  */
 export const file_general_agent_v1_run_session: GenFile = /*@__PURE__*/
-  fileDesc("CiJnZW5lcmFsX2FnZW50L3YxL3J1bl9zZXNzaW9uLnByb3RvEhBnZW5lcmFsX2FnZW50LnYxItYDChFSdW5TZXNzaW9uUmVxdWVzdBI0CgZhdHRhY2gYASABKAsyIi5nZW5lcmFsX2FnZW50LnYxLlJ1blNlc3Npb25BdHRhY2hIABIwCgR0dXJuGAIgASgLMiAuZ2VuZXJhbF9hZ2VudC52MS5SdW5TZXNzaW9uVHVybkgAEkEKDWhvc3RlZF9yZXN1bHQYAyABKAsyKC5nZW5lcmFsX2FnZW50LnYxLlJ1blNlc3Npb25Ib3N0ZWRSZXN1bHRIABI0CgZpbmplY3QYBCABKAsyIi5nZW5lcmFsX2FnZW50LnYxLlJ1blNlc3Npb25JbmplY3RIABIwCgRzdG9wGAUgASgLMiAuZ2VuZXJhbF9hZ2VudC52MS5SdW5TZXNzaW9uU3RvcEgAEjsKCmNsZWFyX3N0b3AYBiABKAsyJS5nZW5lcmFsX2FnZW50LnYxLlJ1blNlc3Npb25DbGVhclN0b3BIABI0CgZjYW5jZWwYByABKAsyIi5nZW5lcmFsX2FnZW50LnYxLlJ1blNlc3Npb25DYW5jZWxIABIwCgRwaW5nGAggASgLMiAuZ2VuZXJhbF9hZ2VudC52MS5SdW5TZXNzaW9uUGluZ0gAQgkKB2NvbW1hbmQijQEKEFJ1blNlc3Npb25BdHRhY2gSEgoKc2Vzc2lvbl9pZBgBIAEoCRIbCg5hZnRlcl9zZXF1ZW5jZRgCIAEoA0gAiAEBEjUKDW9uX2Rpc2Nvbm5lY3QYAyABKA4yHi5nZW5lcmFsX2FnZW50LnYxLk9uRGlzY29ubmVjdEIRCg9fYWZ0ZXJfc2VxdWVuY2UilgEKDlJ1blNlc3Npb25UdXJuEhIKCmNvbW1hbmRfaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRIsCgVpbnB1dBgDIAMoCzIdLmdlbmVyYWxfYWdlbnQudjEuQ29udGVudFBhcnQSLgoHb3B0aW9ucxgEIAEoCzIdLmdlbmVyYWxfYWdlbnQudjEuVHVybk9wdGlvbnMiwgEKFlJ1blNlc3Npb25Ib3N0ZWRSZXN1bHQSEgoKY29tbWFuZF9pZBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJEigKBm91dHB1dBgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZUgAEhUKC291dHB1dF9qc29uGAQgASgJSAASDwoFZXJyb3IYBSABKAlIABInCgdkZXRhaWxzGAYgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlQggKBnJlc3VsdCJUChBSdW5TZXNzaW9uSW5qZWN0EhIKCmNvbW1hbmRfaWQYASABKAkSLAoFaW5wdXQYAiADKAsyHS5nZW5lcmFsX2FnZW50LnYxLkNvbnRlbnRQYXJ0IiQKDlJ1blNlc3Npb25TdG9wEhIKCmNvbW1hbmRfaWQYASABKAkiKQoTUnVuU2Vzc2lvbkNsZWFyU3RvcBISCgpjb21tYW5kX2lkGAEgASgJIjYKEFJ1blNlc3Npb25DYW5jZWwSEgoKY29tbWFuZF9pZBgBIAEoCRIOCgZydW5faWQYAiABKAkiEAoOUnVuU2Vzc2lvblBpbmcivgEKElJ1blNlc3Npb25SZXNwb25zZRIvCgVldmVudBgBIAEoCzIeLmdlbmVyYWxfYWdlbnQudjEuU2Vzc2lvbkV2ZW50SAASOQoOY29tbWFuZF9yZXN1bHQYAiABKAsyHy5nZW5lcmFsX2FnZW50LnYxLkNvbW1hbmRSZXN1bHRIABIwCgloZWFydGJlYXQYAyABKAsyGy5nZW5lcmFsX2FnZW50LnYxLkhlYXJ0YmVhdEgAQgoKCHJlc3BvbnNlImkKDUNvbW1hbmRSZXN1bHQSEgoKY29tbWFuZF9pZBgBIAEoCRIiCgZzdGF0dXMYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1cxIOCgZydW5faWQYAyABKAkSEAoIYWNjZXB0ZWQYBCABKAgiIgoJSGVhcnRiZWF0EhUKDWxhc3Rfc2VxdWVuY2UYASABKANC3AEKFGNvbS5nZW5lcmFsX2FnZW50LnYxQg9SdW5TZXNzaW9uUHJvdG9QAVpWZ2l0aHViLmNvbS9nZW5lcmFsLWFnZW50L2dlbmVyYWwtYWdlbnQvY2xpZW50cy9nby9nZW4vZ2VuZXJhbF9hZ2VudC92MTtnZW5lcmFsX2FnZW50djGiAgNHWFiqAg9HZW5lcmFsQWdlbnQuVjHKAg9HZW5lcmFsQWdlbnRcVjHiAhtHZW5lcmFsQWdlbnRcVjFcR1BCTWV0YWRhdGHqAhBHZW5lcmFsQWdlbnQ6OlYxYgZwcm90bzM", [file_general_agent_v1_content, file_general_agent_v1_event, file_general_agent_v1_turn, file_google_protobuf_struct, file_google_rpc_status]);
+  fileDesc("CiJnZW5lcmFsX2FnZW50L3YxL3J1bl9zZXNzaW9uLnByb3RvEhBnZW5lcmFsX2FnZW50LnYxIp8EChFSdW5TZXNzaW9uUmVxdWVzdBI0CgZhdHRhY2gYASABKAsyIi5nZW5lcmFsX2FnZW50LnYxLlJ1blNlc3Npb25BdHRhY2hIABIwCgR0dXJuGAIgASgLMiAuZ2VuZXJhbF9hZ2VudC52MS5SdW5TZXNzaW9uVHVybkgAEkEKDWhvc3RlZF9yZXN1bHQYAyABKAsyKC5nZW5lcmFsX2FnZW50LnYxLlJ1blNlc3Npb25Ib3N0ZWRSZXN1bHRIABI0CgZpbmplY3QYBCABKAsyIi5nZW5lcmFsX2FnZW50LnYxLlJ1blNlc3Npb25JbmplY3RIABIwCgRzdG9wGAUgASgLMiAuZ2VuZXJhbF9hZ2VudC52MS5SdW5TZXNzaW9uU3RvcEgAEjsKCmNsZWFyX3N0b3AYBiABKAsyJS5nZW5lcmFsX2FnZW50LnYxLlJ1blNlc3Npb25DbGVhclN0b3BIABI0CgZjYW5jZWwYByABKAsyIi5nZW5lcmFsX2FnZW50LnYxLlJ1blNlc3Npb25DYW5jZWxIABIwCgRwaW5nGAggASgLMiAuZ2VuZXJhbF9hZ2VudC52MS5SdW5TZXNzaW9uUGluZ0gAEkcKEHJlc29sdmVfYXBwcm92YWwYCSABKAsyKy5nZW5lcmFsX2FnZW50LnYxLlJ1blNlc3Npb25SZXNvbHZlQXBwcm92YWxIAEIJCgdjb21tYW5kItEBChlSdW5TZXNzaW9uUmVzb2x2ZUFwcHJvdmFsEhIKCmNvbW1hbmRfaWQYASABKAkSDwoHY2FsbF9pZBgCIAEoCRI0CghkZWNpc2lvbhgDIAEoDjIiLmdlbmVyYWxfYWdlbnQudjEuQXBwcm92YWxEZWNpc2lvbhItCgxlZGl0ZWRfaW5wdXQYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhkKEWVkaXRlZF9pbnB1dF9qc29uGAUgASgJEg8KB21lc3NhZ2UYBiABKAkijQEKEFJ1blNlc3Npb25BdHRhY2gSEgoKc2Vzc2lvbl9pZBgBIAEoCRIbCg5hZnRlcl9zZXF1ZW5jZRgCIAEoA0gAiAEBEjUKDW9uX2Rpc2Nvbm5lY3QYAyABKA4yHi5nZW5lcmFsX2FnZW50LnYxLk9uRGlzY29ubmVjdEIRCg9fYWZ0ZXJfc2VxdWVuY2UilgEKDlJ1blNlc3Npb25UdXJuEhIKCmNvbW1hbmRfaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRIsCgVpbnB1dBgDIAMoCzIdLmdlbmVyYWxfYWdlbnQudjEuQ29udGVudFBhcnQSLgoHb3B0aW9ucxgEIAEoCzIdLmdlbmVyYWxfYWdlbnQudjEuVHVybk9wdGlvbnMiwgEKFlJ1blNlc3Npb25Ib3N0ZWRSZXN1bHQSEgoKY29tbWFuZF9pZBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJEigKBm91dHB1dBgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZUgAEhUKC291dHB1dF9qc29uGAQgASgJSAASDwoFZXJyb3IYBSABKAlIABInCgdkZXRhaWxzGAYgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlQggKBnJlc3VsdCJUChBSdW5TZXNzaW9uSW5qZWN0EhIKCmNvbW1hbmRfaWQYASABKAkSLAoFaW5wdXQYAiADKAsyHS5nZW5lcmFsX2FnZW50LnYxLkNvbnRlbnRQYXJ0IiQKDlJ1blNlc3Npb25TdG9wEhIKCmNvbW1hbmRfaWQYASABKAkiKQoTUnVuU2Vzc2lvbkNsZWFyU3RvcBISCgpjb21tYW5kX2lkGAEgASgJIjYKEFJ1blNlc3Npb25DYW5jZWwSEgoKY29tbWFuZF9pZBgBIAEoCRIOCgZydW5faWQYAiABKAkiEAoOUnVuU2Vzc2lvblBpbmcivgEKElJ1blNlc3Npb25SZXNwb25zZRIvCgVldmVudBgBIAEoCzIeLmdlbmVyYWxfYWdlbnQudjEuU2Vzc2lvbkV2ZW50SAASOQoOY29tbWFuZF9yZXN1bHQYAiABKAsyHy5nZW5lcmFsX2FnZW50LnYxLkNvbW1hbmRSZXN1bHRIABIwCgloZWFydGJlYXQYAyABKAsyGy5nZW5lcmFsX2FnZW50LnYxLkhlYXJ0YmVhdEgAQgoKCHJlc3BvbnNlImkKDUNvbW1hbmRSZXN1bHQSEgoKY29tbWFuZF9pZBgBIAEoCRIiCgZzdGF0dXMYAiABKAsyEi5nb29nbGUucnBjLlN0YXR1cxIOCgZydW5faWQYAyABKAkSEAoIYWNjZXB0ZWQYBCABKAgiIgoJSGVhcnRiZWF0EhUKDWxhc3Rfc2VxdWVuY2UYASABKANC3AEKFGNvbS5nZW5lcmFsX2FnZW50LnYxQg9SdW5TZXNzaW9uUHJvdG9QAVpWZ2l0aHViLmNvbS9nZW5lcmFsLWFnZW50L2dlbmVyYWwtYWdlbnQvY2xpZW50cy9nby9nZW4vZ2VuZXJhbF9hZ2VudC92MTtnZW5lcmFsX2FnZW50djGiAgNHWFiqAg9HZW5lcmFsQWdlbnQuVjHKAg9HZW5lcmFsQWdlbnRcVjHiAhtHZW5lcmFsQWdlbnRcVjFcR1BCTWV0YWRhdGHqAhBHZW5lcmFsQWdlbnQ6OlYxYgZwcm90bzM", [file_general_agent_v1_approval, file_general_agent_v1_content, file_general_agent_v1_event, file_general_agent_v1_turn, file_google_protobuf_struct, file_google_rpc_status]);
 
 /**
  * A client message on RunSession.
@@ -100,6 +102,14 @@ export type RunSessionRequest = Message<"general_agent.v1.RunSessionRequest"> & 
      */
     value: RunSessionPing;
     case: "ping";
+  } | {
+    /**
+     * Answer a call waiting for approval.
+     *
+     * @generated from field: general_agent.v1.RunSessionResolveApproval resolve_approval = 9;
+     */
+    value: RunSessionResolveApproval;
+    case: "resolveApproval";
   } | { case: undefined; value?: undefined };
 };
 
@@ -109,6 +119,62 @@ export type RunSessionRequest = Message<"general_agent.v1.RunSessionRequest"> & 
  */
 export const RunSessionRequestSchema: GenMessage<RunSessionRequest> = /*@__PURE__*/
   messageDesc(file_general_agent_v1_run_session, 0);
+
+/**
+ * Answer a call waiting for approval (as ResolveApproval).
+ *
+ * @generated from message general_agent.v1.RunSessionResolveApproval
+ */
+export type RunSessionResolveApproval = Message<"general_agent.v1.RunSessionResolveApproval"> & {
+  /**
+   * Echoed in the command_result.
+   *
+   * @generated from field: string command_id = 1;
+   */
+  commandId: string;
+
+  /**
+   * The call.
+   *
+   * @generated from field: string call_id = 2;
+   */
+  callId: string;
+
+  /**
+   * The answer.
+   *
+   * @generated from field: general_agent.v1.ApprovalDecision decision = 3;
+   */
+  decision: ApprovalDecision;
+
+  /**
+   * A replacement input (APPROVE, APPROVE_ALWAYS).
+   *
+   * @generated from field: google.protobuf.Struct edited_input = 4;
+   */
+  editedInput?: JsonObject | undefined;
+
+  /**
+   * The replacement input as exact JSON text (preferred).
+   *
+   * @generated from field: string edited_input_json = 5;
+   */
+  editedInputJson: string;
+
+  /**
+   * With DENY: the text the model gets.
+   *
+   * @generated from field: string message = 6;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message general_agent.v1.RunSessionResolveApproval.
+ * Use `create(RunSessionResolveApprovalSchema)` to create a new message.
+ */
+export const RunSessionResolveApprovalSchema: GenMessage<RunSessionResolveApproval> = /*@__PURE__*/
+  messageDesc(file_general_agent_v1_run_session, 1);
 
 /**
  * Attach to a session.
@@ -143,7 +209,7 @@ export type RunSessionAttach = Message<"general_agent.v1.RunSessionAttach"> & {
  * Use `create(RunSessionAttachSchema)` to create a new message.
  */
 export const RunSessionAttachSchema: GenMessage<RunSessionAttach> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_run_session, 1);
+  messageDesc(file_general_agent_v1_run_session, 2);
 
 /**
  * Start a turn.
@@ -185,7 +251,7 @@ export type RunSessionTurn = Message<"general_agent.v1.RunSessionTurn"> & {
  * Use `create(RunSessionTurnSchema)` to create a new message.
  */
 export const RunSessionTurnSchema: GenMessage<RunSessionTurn> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_run_session, 2);
+  messageDesc(file_general_agent_v1_run_session, 3);
 
 /**
  * Resolve a hosted call.
@@ -251,7 +317,7 @@ export type RunSessionHostedResult = Message<"general_agent.v1.RunSessionHostedR
  * Use `create(RunSessionHostedResultSchema)` to create a new message.
  */
 export const RunSessionHostedResultSchema: GenMessage<RunSessionHostedResult> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_run_session, 3);
+  messageDesc(file_general_agent_v1_run_session, 4);
 
 /**
  * Steer the running run.
@@ -279,7 +345,7 @@ export type RunSessionInject = Message<"general_agent.v1.RunSessionInject"> & {
  * Use `create(RunSessionInjectSchema)` to create a new message.
  */
 export const RunSessionInjectSchema: GenMessage<RunSessionInject> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_run_session, 4);
+  messageDesc(file_general_agent_v1_run_session, 5);
 
 /**
  * Set the stop flag.
@@ -300,7 +366,7 @@ export type RunSessionStop = Message<"general_agent.v1.RunSessionStop"> & {
  * Use `create(RunSessionStopSchema)` to create a new message.
  */
 export const RunSessionStopSchema: GenMessage<RunSessionStop> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_run_session, 5);
+  messageDesc(file_general_agent_v1_run_session, 6);
 
 /**
  * Clear the stop flag.
@@ -321,7 +387,7 @@ export type RunSessionClearStop = Message<"general_agent.v1.RunSessionClearStop"
  * Use `create(RunSessionClearStopSchema)` to create a new message.
  */
 export const RunSessionClearStopSchema: GenMessage<RunSessionClearStop> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_run_session, 6);
+  messageDesc(file_general_agent_v1_run_session, 7);
 
 /**
  * Cancel the current run.
@@ -349,7 +415,7 @@ export type RunSessionCancel = Message<"general_agent.v1.RunSessionCancel"> & {
  * Use `create(RunSessionCancelSchema)` to create a new message.
  */
 export const RunSessionCancelSchema: GenMessage<RunSessionCancel> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_run_session, 7);
+  messageDesc(file_general_agent_v1_run_session, 8);
 
 /**
  * Keep-alive.
@@ -364,7 +430,7 @@ export type RunSessionPing = Message<"general_agent.v1.RunSessionPing"> & {
  * Use `create(RunSessionPingSchema)` to create a new message.
  */
 export const RunSessionPingSchema: GenMessage<RunSessionPing> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_run_session, 8);
+  messageDesc(file_general_agent_v1_run_session, 9);
 
 /**
  * A server message on RunSession.
@@ -411,7 +477,7 @@ export type RunSessionResponse = Message<"general_agent.v1.RunSessionResponse"> 
  * Use `create(RunSessionResponseSchema)` to create a new message.
  */
 export const RunSessionResponseSchema: GenMessage<RunSessionResponse> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_run_session, 9);
+  messageDesc(file_general_agent_v1_run_session, 10);
 
 /**
  * The outcome of a RunSession command.
@@ -453,7 +519,7 @@ export type CommandResult = Message<"general_agent.v1.CommandResult"> & {
  * Use `create(CommandResultSchema)` to create a new message.
  */
 export const CommandResultSchema: GenMessage<CommandResult> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_run_session, 10);
+  messageDesc(file_general_agent_v1_run_session, 11);
 
 /**
  * Keep-alive from the server (not in the event log).
@@ -474,5 +540,5 @@ export type Heartbeat = Message<"general_agent.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_run_session, 11);
+  messageDesc(file_general_agent_v1_run_session, 12);
 

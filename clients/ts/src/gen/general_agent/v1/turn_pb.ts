@@ -4,6 +4,8 @@
 
 import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import type { ApprovalDecision } from "./approval_pb.js";
+import { file_general_agent_v1_approval } from "./approval_pb.js";
 import type { ContentPart } from "./content_pb.js";
 import { file_general_agent_v1_content } from "./content_pb.js";
 import type { SessionEvent } from "./event_pb.js";
@@ -11,13 +13,13 @@ import { file_general_agent_v1_event } from "./event_pb.js";
 import { file_google_api_field_behavior } from "../../google/api/field_behavior_pb.js";
 import type { Value } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_struct } from "@bufbuild/protobuf/wkt";
-import type { Message } from "@bufbuild/protobuf";
+import type { JsonObject, Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file general_agent/v1/turn.proto.
  */
 export const file_general_agent_v1_turn: GenFile = /*@__PURE__*/
-  fileDesc("ChtnZW5lcmFsX2FnZW50L3YxL3R1cm4ucHJvdG8SEGdlbmVyYWxfYWdlbnQudjEidwoLVHVybk9wdGlvbnMSMQoLYnVzeV9wb2xpY3kYASABKA4yHC5nZW5lcmFsX2FnZW50LnYxLkJ1c3lQb2xpY3kSNQoNb25fZGlzY29ubmVjdBgCIAEoDjIeLmdlbmVyYWxfYWdlbnQudjEuT25EaXNjb25uZWN0IqUBChFTdHJlYW1UdXJuUmVxdWVzdBIYCgpzZXNzaW9uX2lkGAEgASgJQgTiQQECEjIKBWlucHV0GAIgAygLMh0uZ2VuZXJhbF9hZ2VudC52MS5Db250ZW50UGFydEIE4kEBAhIuCgdvcHRpb25zGAMgASgLMh0uZ2VuZXJhbF9hZ2VudC52MS5UdXJuT3B0aW9ucxISCgpyZXF1ZXN0X2lkGAQgASgJIkMKElN0cmVhbVR1cm5SZXNwb25zZRItCgVldmVudBgBIAEoCzIeLmdlbmVyYWxfYWdlbnQudjEuU2Vzc2lvbkV2ZW50IowCCh1TdWJtaXRIb3N0ZWRUb29sUmVzdWx0UmVxdWVzdBIYCgpzZXNzaW9uX2lkGAEgASgJQgTiQQECEhUKB2NhbGxfaWQYAiABKAlCBOJBAQISKAoGb3V0cHV0GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlSAASFQoLb3V0cHV0X2pzb24YBCABKAlIABIPCgVlcnJvchgFIAEoCUgAEicKB2RldGFpbHMYBiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSNQoNb25fZGlzY29ubmVjdBgHIAEoDjIeLmdlbmVyYWxfYWdlbnQudjEuT25EaXNjb25uZWN0QggKBnJlc3VsdCJPCh5TdWJtaXRIb3N0ZWRUb29sUmVzdWx0UmVzcG9uc2USLQoFZXZlbnQYASABKAsyHi5nZW5lcmFsX2FnZW50LnYxLlNlc3Npb25FdmVudCJfChNXYXRjaFNlc3Npb25SZXF1ZXN0EhgKCnNlc3Npb25faWQYASABKAlCBOJBAQISGwoOYWZ0ZXJfc2VxdWVuY2UYAiABKANIAIgBAUIRCg9fYWZ0ZXJfc2VxdWVuY2UiRQoUV2F0Y2hTZXNzaW9uUmVzcG9uc2USLQoFZXZlbnQYASABKAsyHi5nZW5lcmFsX2FnZW50LnYxLlNlc3Npb25FdmVudCJ4ChRJbmplY3RNZXNzYWdlUmVxdWVzdBIYCgpzZXNzaW9uX2lkGAEgASgJQgTiQQECEjIKBWlucHV0GAIgAygLMh0uZ2VuZXJhbF9hZ2VudC52MS5Db250ZW50UGFydEIE4kEBAhISCgpyZXF1ZXN0X2lkGAMgASgJIjkKFUluamVjdE1lc3NhZ2VSZXNwb25zZRIQCghhY2NlcHRlZBgBIAEoCBIOCgZydW5faWQYAiABKAkiLgoSUmVxdWVzdFN0b3BSZXF1ZXN0EhgKCnNlc3Npb25faWQYASABKAlCBOJBAQIiJQoTUmVxdWVzdFN0b3BSZXNwb25zZRIOCgZydW5faWQYASABKAkiLAoQQ2xlYXJTdG9wUmVxdWVzdBIYCgpzZXNzaW9uX2lkGAEgASgJQgTiQQECIiQKEUNsZWFyU3RvcFJlc3BvbnNlEg8KB3dhc19zZXQYASABKAgiPAoQQ2FuY2VsUnVuUmVxdWVzdBIYCgpzZXNzaW9uX2lkGAEgASgJQgTiQQECEg4KBnJ1bl9pZBgCIAEoCSI2ChFDYW5jZWxSdW5SZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgSDgoGcnVuX2lkGAIgASgJKowBCgpCdXN5UG9saWN5EhsKF0JVU1lfUE9MSUNZX1VOU1BFQ0lGSUVEEAASFgoSQlVTWV9QT0xJQ1lfUkVKRUNUEAESFwoTQlVTWV9QT0xJQ1lfRU5RVUVVRRACEhkKFUJVU1lfUE9MSUNZX0lOVEVSUlVQVBADEhUKEUJVU1lfUE9MSUNZX1NURUVSEAQqYwoMT25EaXNjb25uZWN0Eh0KGU9OX0RJU0NPTk5FQ1RfVU5TUEVDSUZJRUQQABIYChRPTl9ESVNDT05ORUNUX0NBTkNFTBABEhoKFk9OX0RJU0NPTk5FQ1RfQ09OVElOVUUQAkLWAQoUY29tLmdlbmVyYWxfYWdlbnQudjFCCVR1cm5Qcm90b1ABWlZnaXRodWIuY29tL2dlbmVyYWwtYWdlbnQvZ2VuZXJhbC1hZ2VudC9jbGllbnRzL2dvL2dlbi9nZW5lcmFsX2FnZW50L3YxO2dlbmVyYWxfYWdlbnR2MaICA0dYWKoCD0dlbmVyYWxBZ2VudC5WMcoCD0dlbmVyYWxBZ2VudFxWMeICG0dlbmVyYWxBZ2VudFxWMVxHUEJNZXRhZGF0YeoCEEdlbmVyYWxBZ2VudDo6VjFiBnByb3RvMw", [file_general_agent_v1_content, file_general_agent_v1_event, file_google_api_field_behavior, file_google_protobuf_struct]);
+  fileDesc("ChtnZW5lcmFsX2FnZW50L3YxL3R1cm4ucHJvdG8SEGdlbmVyYWxfYWdlbnQudjEidwoLVHVybk9wdGlvbnMSMQoLYnVzeV9wb2xpY3kYASABKA4yHC5nZW5lcmFsX2FnZW50LnYxLkJ1c3lQb2xpY3kSNQoNb25fZGlzY29ubmVjdBgCIAEoDjIeLmdlbmVyYWxfYWdlbnQudjEuT25EaXNjb25uZWN0IqUBChFTdHJlYW1UdXJuUmVxdWVzdBIYCgpzZXNzaW9uX2lkGAEgASgJQgTiQQECEjIKBWlucHV0GAIgAygLMh0uZ2VuZXJhbF9hZ2VudC52MS5Db250ZW50UGFydEIE4kEBAhIuCgdvcHRpb25zGAMgASgLMh0uZ2VuZXJhbF9hZ2VudC52MS5UdXJuT3B0aW9ucxISCgpyZXF1ZXN0X2lkGAQgASgJIkMKElN0cmVhbVR1cm5SZXNwb25zZRItCgVldmVudBgBIAEoCzIeLmdlbmVyYWxfYWdlbnQudjEuU2Vzc2lvbkV2ZW50IowCCh1TdWJtaXRIb3N0ZWRUb29sUmVzdWx0UmVxdWVzdBIYCgpzZXNzaW9uX2lkGAEgASgJQgTiQQECEhUKB2NhbGxfaWQYAiABKAlCBOJBAQISKAoGb3V0cHV0GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlSAASFQoLb3V0cHV0X2pzb24YBCABKAlIABIPCgVlcnJvchgFIAEoCUgAEicKB2RldGFpbHMYBiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSNQoNb25fZGlzY29ubmVjdBgHIAEoDjIeLmdlbmVyYWxfYWdlbnQudjEuT25EaXNjb25uZWN0QggKBnJlc3VsdCJPCh5TdWJtaXRIb3N0ZWRUb29sUmVzdWx0UmVzcG9uc2USLQoFZXZlbnQYASABKAsyHi5nZW5lcmFsX2FnZW50LnYxLlNlc3Npb25FdmVudCKXAgoWUmVzb2x2ZUFwcHJvdmFsUmVxdWVzdBIYCgpzZXNzaW9uX2lkGAEgASgJQgTiQQECEhUKB2NhbGxfaWQYAiABKAlCBOJBAQISOgoIZGVjaXNpb24YAyABKA4yIi5nZW5lcmFsX2FnZW50LnYxLkFwcHJvdmFsRGVjaXNpb25CBOJBAQISLQoMZWRpdGVkX2lucHV0GAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIZChFlZGl0ZWRfaW5wdXRfanNvbhgFIAEoCRIPCgdtZXNzYWdlGAYgASgJEjUKDW9uX2Rpc2Nvbm5lY3QYByABKA4yHi5nZW5lcmFsX2FnZW50LnYxLk9uRGlzY29ubmVjdCJIChdSZXNvbHZlQXBwcm92YWxSZXNwb25zZRItCgVldmVudBgBIAEoCzIeLmdlbmVyYWxfYWdlbnQudjEuU2Vzc2lvbkV2ZW50Il8KE1dhdGNoU2Vzc2lvblJlcXVlc3QSGAoKc2Vzc2lvbl9pZBgBIAEoCUIE4kEBAhIbCg5hZnRlcl9zZXF1ZW5jZRgCIAEoA0gAiAEBQhEKD19hZnRlcl9zZXF1ZW5jZSJFChRXYXRjaFNlc3Npb25SZXNwb25zZRItCgVldmVudBgBIAEoCzIeLmdlbmVyYWxfYWdlbnQudjEuU2Vzc2lvbkV2ZW50IngKFEluamVjdE1lc3NhZ2VSZXF1ZXN0EhgKCnNlc3Npb25faWQYASABKAlCBOJBAQISMgoFaW5wdXQYAiADKAsyHS5nZW5lcmFsX2FnZW50LnYxLkNvbnRlbnRQYXJ0QgTiQQECEhIKCnJlcXVlc3RfaWQYAyABKAkiOQoVSW5qZWN0TWVzc2FnZVJlc3BvbnNlEhAKCGFjY2VwdGVkGAEgASgIEg4KBnJ1bl9pZBgCIAEoCSIuChJSZXF1ZXN0U3RvcFJlcXVlc3QSGAoKc2Vzc2lvbl9pZBgBIAEoCUIE4kEBAiIlChNSZXF1ZXN0U3RvcFJlc3BvbnNlEg4KBnJ1bl9pZBgBIAEoCSIsChBDbGVhclN0b3BSZXF1ZXN0EhgKCnNlc3Npb25faWQYASABKAlCBOJBAQIiJAoRQ2xlYXJTdG9wUmVzcG9uc2USDwoHd2FzX3NldBgBIAEoCCI8ChBDYW5jZWxSdW5SZXF1ZXN0EhgKCnNlc3Npb25faWQYASABKAlCBOJBAQISDgoGcnVuX2lkGAIgASgJIjYKEUNhbmNlbFJ1blJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCBIOCgZydW5faWQYAiABKAkqjAEKCkJ1c3lQb2xpY3kSGwoXQlVTWV9QT0xJQ1lfVU5TUEVDSUZJRUQQABIWChJCVVNZX1BPTElDWV9SRUpFQ1QQARIXChNCVVNZX1BPTElDWV9FTlFVRVVFEAISGQoVQlVTWV9QT0xJQ1lfSU5URVJSVVBUEAMSFQoRQlVTWV9QT0xJQ1lfU1RFRVIQBCpjCgxPbkRpc2Nvbm5lY3QSHQoZT05fRElTQ09OTkVDVF9VTlNQRUNJRklFRBAAEhgKFE9OX0RJU0NPTk5FQ1RfQ0FOQ0VMEAESGgoWT05fRElTQ09OTkVDVF9DT05USU5VRRACQtYBChRjb20uZ2VuZXJhbF9hZ2VudC52MUIJVHVyblByb3RvUAFaVmdpdGh1Yi5jb20vZ2VuZXJhbC1hZ2VudC9nZW5lcmFsLWFnZW50L2NsaWVudHMvZ28vZ2VuL2dlbmVyYWxfYWdlbnQvdjE7Z2VuZXJhbF9hZ2VudHYxogIDR1hYqgIPR2VuZXJhbEFnZW50LlYxygIPR2VuZXJhbEFnZW50XFYx4gIbR2VuZXJhbEFnZW50XFYxXEdQQk1ldGFkYXRh6gIQR2VuZXJhbEFnZW50OjpWMWIGcHJvdG8z", [file_general_agent_v1_approval, file_general_agent_v1_content, file_general_agent_v1_event, file_google_api_field_behavior, file_google_protobuf_struct]);
 
 /**
  * Options of one turn.
@@ -205,6 +207,91 @@ export const SubmitHostedToolResultResponseSchema: GenMessage<SubmitHostedToolRe
   messageDesc(file_general_agent_v1_turn, 4);
 
 /**
+ * Request of ResolveApproval.
+ *
+ * @generated from message general_agent.v1.ResolveApprovalRequest
+ */
+export type ResolveApprovalRequest = Message<"general_agent.v1.ResolveApprovalRequest"> & {
+  /**
+   * The session.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * The call waiting for approval.
+   *
+   * @generated from field: string call_id = 2;
+   */
+  callId: string;
+
+  /**
+   * The answer.
+   *
+   * @generated from field: general_agent.v1.ApprovalDecision decision = 3;
+   */
+  decision: ApprovalDecision;
+
+  /**
+   * A replacement input (APPROVE, APPROVE_ALWAYS): it replaces the shown
+   * input entirely and is validated against the tool's schema.
+   *
+   * @generated from field: google.protobuf.Struct edited_input = 4;
+   */
+  editedInput?: JsonObject | undefined;
+
+  /**
+   * The replacement input as exact JSON text (preferred over `edited_input`).
+   *
+   * @generated from field: string edited_input_json = 5;
+   */
+  editedInputJson: string;
+
+  /**
+   * With DENY: the text the model gets as the call's error.
+   *
+   * @generated from field: string message = 6;
+   */
+  message: string;
+
+  /**
+   * Disconnect policy for the continuation.
+   *
+   * @generated from field: general_agent.v1.OnDisconnect on_disconnect = 7;
+   */
+  onDisconnect: OnDisconnect;
+};
+
+/**
+ * Describes the message general_agent.v1.ResolveApprovalRequest.
+ * Use `create(ResolveApprovalRequestSchema)` to create a new message.
+ */
+export const ResolveApprovalRequestSchema: GenMessage<ResolveApprovalRequest> = /*@__PURE__*/
+  messageDesc(file_general_agent_v1_turn, 5);
+
+/**
+ * One event of ResolveApproval.
+ *
+ * @generated from message general_agent.v1.ResolveApprovalResponse
+ */
+export type ResolveApprovalResponse = Message<"general_agent.v1.ResolveApprovalResponse"> & {
+  /**
+   * The event.
+   *
+   * @generated from field: general_agent.v1.SessionEvent event = 1;
+   */
+  event?: SessionEvent | undefined;
+};
+
+/**
+ * Describes the message general_agent.v1.ResolveApprovalResponse.
+ * Use `create(ResolveApprovalResponseSchema)` to create a new message.
+ */
+export const ResolveApprovalResponseSchema: GenMessage<ResolveApprovalResponse> = /*@__PURE__*/
+  messageDesc(file_general_agent_v1_turn, 6);
+
+/**
  * Request of WatchSession.
  *
  * @generated from message general_agent.v1.WatchSessionRequest
@@ -230,7 +317,7 @@ export type WatchSessionRequest = Message<"general_agent.v1.WatchSessionRequest"
  * Use `create(WatchSessionRequestSchema)` to create a new message.
  */
 export const WatchSessionRequestSchema: GenMessage<WatchSessionRequest> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_turn, 5);
+  messageDesc(file_general_agent_v1_turn, 7);
 
 /**
  * One event of WatchSession.
@@ -251,7 +338,7 @@ export type WatchSessionResponse = Message<"general_agent.v1.WatchSessionRespons
  * Use `create(WatchSessionResponseSchema)` to create a new message.
  */
 export const WatchSessionResponseSchema: GenMessage<WatchSessionResponse> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_turn, 6);
+  messageDesc(file_general_agent_v1_turn, 8);
 
 /**
  * Request of InjectMessage.
@@ -286,7 +373,7 @@ export type InjectMessageRequest = Message<"general_agent.v1.InjectMessageReques
  * Use `create(InjectMessageRequestSchema)` to create a new message.
  */
 export const InjectMessageRequestSchema: GenMessage<InjectMessageRequest> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_turn, 7);
+  messageDesc(file_general_agent_v1_turn, 9);
 
 /**
  * Response of InjectMessage.
@@ -314,7 +401,7 @@ export type InjectMessageResponse = Message<"general_agent.v1.InjectMessageRespo
  * Use `create(InjectMessageResponseSchema)` to create a new message.
  */
 export const InjectMessageResponseSchema: GenMessage<InjectMessageResponse> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_turn, 8);
+  messageDesc(file_general_agent_v1_turn, 10);
 
 /**
  * Request of RequestStop.
@@ -335,7 +422,7 @@ export type RequestStopRequest = Message<"general_agent.v1.RequestStopRequest"> 
  * Use `create(RequestStopRequestSchema)` to create a new message.
  */
 export const RequestStopRequestSchema: GenMessage<RequestStopRequest> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_turn, 9);
+  messageDesc(file_general_agent_v1_turn, 11);
 
 /**
  * Response of RequestStop.
@@ -356,7 +443,7 @@ export type RequestStopResponse = Message<"general_agent.v1.RequestStopResponse"
  * Use `create(RequestStopResponseSchema)` to create a new message.
  */
 export const RequestStopResponseSchema: GenMessage<RequestStopResponse> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_turn, 10);
+  messageDesc(file_general_agent_v1_turn, 12);
 
 /**
  * Request of ClearStop.
@@ -377,7 +464,7 @@ export type ClearStopRequest = Message<"general_agent.v1.ClearStopRequest"> & {
  * Use `create(ClearStopRequestSchema)` to create a new message.
  */
 export const ClearStopRequestSchema: GenMessage<ClearStopRequest> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_turn, 11);
+  messageDesc(file_general_agent_v1_turn, 13);
 
 /**
  * Response of ClearStop.
@@ -398,7 +485,7 @@ export type ClearStopResponse = Message<"general_agent.v1.ClearStopResponse"> & 
  * Use `create(ClearStopResponseSchema)` to create a new message.
  */
 export const ClearStopResponseSchema: GenMessage<ClearStopResponse> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_turn, 12);
+  messageDesc(file_general_agent_v1_turn, 14);
 
 /**
  * Request of CancelRun.
@@ -426,7 +513,7 @@ export type CancelRunRequest = Message<"general_agent.v1.CancelRunRequest"> & {
  * Use `create(CancelRunRequestSchema)` to create a new message.
  */
 export const CancelRunRequestSchema: GenMessage<CancelRunRequest> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_turn, 13);
+  messageDesc(file_general_agent_v1_turn, 15);
 
 /**
  * Response of CancelRun.
@@ -454,7 +541,7 @@ export type CancelRunResponse = Message<"general_agent.v1.CancelRunResponse"> & 
  * Use `create(CancelRunResponseSchema)` to create a new message.
  */
 export const CancelRunResponseSchema: GenMessage<CancelRunResponse> = /*@__PURE__*/
-  messageDesc(file_general_agent_v1_turn, 14);
+  messageDesc(file_general_agent_v1_turn, 16);
 
 /**
  * What the server does when a turn arrives while a run is RUNNING or
