@@ -52,6 +52,7 @@ class CoreSettings:
     mcp_call_timeout: float
     mcp_idle_timeout: float
     mcp_stdio_allow: frozenset[str]
+    memory_backend: str = "local"
     # Internal constants, not settings:
     # sequences reserved in the session record per block, so a crash never reuses one;
     sequence_block: int = 4096
