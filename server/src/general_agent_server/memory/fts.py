@@ -3,8 +3,9 @@ syntax: the text is cut into Unicode words, each becomes a quoted string (a quot
 strings are OR-joined, so `"`, `NEAR(`, `-x`, `*` or `col:val` only ever match themselves as words.
 
 `unicode61` sees a run of CJK characters as one token, so CJK text is searched in a second, trigram index:
-each run becomes its overlapping three-character pieces; a two-character run (a common CJK word) is matched
-by substring instead, since a trigram index cannot match fewer than three characters."""
+each run becomes its overlapping three-character pieces. Most CJK words are two characters, which a trigram
+index cannot match, so the run's two-character pieces are also matched by substring, a row scoring by how
+many of them it holds."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import re
 from general_agent_server.memory.query import cjk_runs
 
 MAX_TERMS = 32
+MAX_BIGRAMS = 16
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 RECENCY_DAYS = 30.0
 RECENCY_WEIGHT = 0.15
@@ -43,9 +45,11 @@ def trigram_query(text: str) -> str:
     return " OR ".join(_quoted(p) for p in unique)
 
 
-def short_cjk_words(text: str) -> list[str]:
-    """Two-character CJK runs, matched by substring."""
-    return list(dict.fromkeys(run for run in cjk_runs(text) if len(run) == 2))[:MAX_TERMS]
+def cjk_bigrams(text: str) -> list[str]:
+    """The two-character pieces of the CJK runs of `text`, matched by substring (most CJK words are two
+    characters, which a trigram index cannot match)."""
+    pieces = [run[i : i + 2] for run in cjk_runs(text) for i in range(len(run) - 1)]
+    return list(dict.fromkeys(pieces))[:MAX_BIGRAMS]
 
 
 def relevance(bm25: float) -> float:

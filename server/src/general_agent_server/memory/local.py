@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from general_agent_server.memory.fts import blended, relevance, short_cjk_words, trigram_query, word_query
+from general_agent_server.memory.fts import blended, cjk_bigrams, relevance, trigram_query, word_query
 from general_agent_server.memory.types import (
     FailureKind,
     HitKind,
@@ -148,14 +148,16 @@ class LocalMemoryBackend:
             ).fetchall()
             for row_id, rank in rows:
                 scores[row_id] = max(scores.get(row_id, 0.0), relevance(rank))
-        for word in short_cjk_words(query):
+        bigrams = cjk_bigrams(query)
+        if bigrams:
+            held = " + ".join("(instr(m.content, ?) > 0)" for _ in bigrams)
             rows = db.execute(
-                f"SELECT m.id FROM messages m WHERE instr(m.content, ?) > 0 AND {_OWNER}{where} "  # noqa: S608
-                f"ORDER BY m.id DESC LIMIT {CANDIDATES}",
-                [word, *params],
+                f"SELECT m.id, {held} AS n FROM messages m WHERE {_OWNER}{where} AND n > 0 "  # noqa: S608
+                f"ORDER BY n DESC, m.id DESC LIMIT {CANDIDATES}",
+                [*bigrams, *params],
             ).fetchall()
-            for (row_id,) in rows:
-                scores[row_id] = max(scores.get(row_id, 0.0), 0.5)
+            for row_id, held_count in rows:
+                scores[row_id] = max(scores.get(row_id, 0.0), 0.8 * held_count / len(bigrams))
         if not scores:
             return []
         marks = ",".join("?" * len(scores))
