@@ -61,6 +61,7 @@ HTML_502 = Mode("html", http=502)
 STALL = Mode("stall")
 STALL_BODY = Mode("stall_body")
 DROP = Mode("drop")
+NO_STATUS = Mode("no_status")
 
 
 @dataclass
@@ -130,7 +131,8 @@ class FakeEverMe:
                 self._stored[token].append({**message, "conversationId": payload.get("conversationId")})
             status = "extracted" if payload.get("flush") else "accumulated"
             return self._envelope(
-                request_id, result={"status": status, "messageCount": len(messages), "flushed": bool(payload.get("flush"))}
+                request_id,
+                result={"status": status, "messageCount": len(messages), "flushed": bool(payload.get("flush"))},
             )
         return self._envelope(request_id, result={"ok": True})
 
@@ -141,18 +143,24 @@ class FakeEverMe:
             text = str(message.get("content", ""))
             if message.get("role") in ("user", "assistant") and words & _words(text):
                 sender = "user" if message["role"] == "user" else "assistant"
-                raw.append({"id": f"raw-{index}", "senderName": sender, "contentItems": [{"type": "text", "text": text}]})
+                raw.append(
+                    {"id": f"raw-{index}", "senderName": sender, "contentItems": [{"type": "text", "text": text}]}
+                )
         top_k = int(payload.get("topK", 10))
         return {"items": [], "profiles": [], "rawMessages": raw[:top_k], "agentMemory": {"cases": [], "skills": []}}
 
     @staticmethod
-    def _envelope(request_id: str, *, result: Any = None, status: int = 0, error: str = "", http: int = 200) -> web.Response:
+    def _envelope(
+        request_id: str, *, result: Any = None, status: int = 0, error: str = "", http: int = 200
+    ) -> web.Response:
         answer = {"error": error or None, "requestId": request_id, "status": status, "result": result}
         return web.json_response(answer, status=http, headers={"requestId": request_id})
 
     async def _misbehave(self, request: web.Request, mode: Mode, request_id: str) -> web.StreamResponse:
         if mode.kind == "envelope":
             return self._envelope(request_id, status=mode.status, error=mode.error, http=mode.http)
+        if mode.kind == "no_status":
+            return web.json_response({"requestId": request_id, "result": {"items": []}})
         if mode.kind == "html":
             return web.Response(status=mode.http, text="<html><body><h1>502 Bad Gateway</h1></body></html>",
                                 content_type="text/html")  # fmt: skip
