@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from general_agent_server.domain.content import IMAGE_MIME_TYPES, ContentPart, ImagePart, TextPart
-from general_agent_server.domain.errors import ErrorCode, ServiceError, invalid_argument, not_implemented, quoted
+from general_agent_server.domain.errors import ErrorCode, ServiceError, invalid_argument, quoted
 from general_agent_server.domain.json_values import check_json_depth
 from general_agent_server.domain.session import HostedToolDefinition, SessionConfig, SessionLimits, ThinkingMode
 
@@ -154,7 +154,12 @@ def check_config(
         raise invalid_argument(f"{field_prefix}.auto_compaction.cooldown", "must not be negative")
     check_memory(config, field_prefix)
     if config.memory.enabled and not memory_served:
-        raise not_implemented("memory", f"{field_prefix}.memory.enabled")
+        raise ServiceError(
+            ErrorCode.UNIMPLEMENTED,
+            "NOT_IMPLEMENTED",
+            f"{field_prefix}.memory.enabled: this server serves no memory (memory_backend = off)",
+            metadata={"capability": "memory"},
+        )
 
 
 # Bounds of a session's recall settings (docs/memory.md, "Configuration").

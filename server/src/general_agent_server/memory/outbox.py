@@ -197,6 +197,8 @@ class Outbox:
         return due, later
 
     async def _dispatch(self) -> None:
+        # A start is a fresh chance for what waited out a backoff before the restart.
+        await self._run(lambda db: db.execute("UPDATE outbox SET next_attempt_ms = 0 WHERE state = 'pending'"))
         while True:
             self._wake.clear()
             try:
@@ -285,18 +287,25 @@ class Outbox:
         where, params = _owner(scope)
         return await self._run(lambda db: int(db.execute(f"DELETE FROM outbox{where}", params).rowcount))  # noqa: S608
 
-    async def idle(self) -> bool:
-        due, _ = await self._heads()
-        return not due and not self._inflight
-
     async def drain(self, deadline: float) -> None:
-        """Waits up to `deadline` seconds for the due rows to be sent; what is left stays for the next start."""
-        self._drained.clear()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(deadline):
-                while self._task is not None and not await self.idle():
-                    await self._drained.wait()
-                    self._drained.clear()
+        """Waits up to `deadline` seconds for the pending rows to be sent (a row waiting out its backoff counts if
+        its next attempt falls within the deadline); what is left stays for the next start."""
+        if self._task is None:
+            return
+        end_ms = self._now_ms() + int(deadline * 1000)
+        while True:
+            due, later = await self._heads()
+            if not due and not self._inflight and (later is None or later > end_ms):
+                return
+            remaining = (end_ms - self._now_ms()) / 1000
+            if remaining <= 0:
+                return
+            wait = (
+                remaining if later is None or due or self._inflight else min(remaining, (later - self._now_ms()) / 1000)
+            )
+            self._drained.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drained.wait(), max(wait, 0.0))
 
     async def aclose(self) -> None:
         tasks = [t for t in (self._task, *self._inflight.values()) if t is not None]
