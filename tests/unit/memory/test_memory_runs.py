@@ -6,6 +6,7 @@ and capture that survives a restart through the outbox."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -248,3 +249,26 @@ async def test_build_memory_follows_the_backend_setting(tmp_path: Path) -> None:
     assert local is not None
     assert local.backend.name == "local"
     await local.aclose()
+
+
+async def test_inspection_lists_searches_and_forgets_a_users_memories(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from general_agent_server.cli import main
+
+    async with harness(tmp_path, [text("Noted: oat milk.")]) as h:
+        session = await h.session(enabled=True, user_id="gina", agent_id="barista")
+        await h.turn(session, "I always take oat milk in my coffee")
+    state = str(tmp_path / "state")
+    common = ["memory", "--state-dir", state, "--user", "gina", "--json"]
+    assert await asyncio.to_thread(main, [*common[:1], "list", *common[1:]]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [m["content"] for m in listed[0]["messages"]] == ["I always take oat milk in my coffee", "Noted: oat milk."]
+    args = ["memory", "search", "--state-dir", state, "--user", "gina", "--agent", "barista", "--query", "coffee milk"]
+    assert await asyncio.to_thread(main, [*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["id"] == listed[0]["id"]
+    assert await asyncio.to_thread(main, ["memory", "delete", *common[1:]]) == 0
+    assert json.loads(capsys.readouterr().out)["deletedMessages"] == 2
+    assert await asyncio.to_thread(main, ["memory", "list", *common[1:]]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert b"oat milk" not in (tmp_path / "state" / "memory" / "memory.db").read_bytes()
