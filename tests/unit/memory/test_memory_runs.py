@@ -272,3 +272,15 @@ async def test_inspection_lists_searches_and_forgets_a_users_memories(
     assert await asyncio.to_thread(main, ["memory", "list", *common[1:]]) == 0
     assert json.loads(capsys.readouterr().out) == []
     assert b"oat milk" not in (tmp_path / "state" / "memory" / "memory.db").read_bytes()
+
+
+async def test_subagent_children_have_no_memory(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    async with harness(tmp_path, []) as h:
+        session_id = await h.session(enabled=True, user_id="hana")
+        view = await h.agent.sessions.get_session(CallContext(), session_id)
+        assert h.agent.memory is not None
+        assert h.agent.memory.scope_for(view.record) is not None
+        child = replace(view.record, parent_session_id=session_id)
+        assert h.agent.memory.scope_for(child) is None

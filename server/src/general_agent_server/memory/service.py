@@ -50,7 +50,8 @@ class MemoryService:
         memories to itself (its own conversation); the EverMe backend serves only the token owner's sessions."""
         memory = record.config.memory
         enabled = memory.enabled if memory.enabled is not None else self.settings.default_enabled
-        if not enabled:
+        if not enabled or record.parent_session_id:
+            # A subagent child has none: its parent's run captures what the child answered, as a tool result.
             return None
         user = memory.user_id or f"session:{record.session_id}"
         scope = Scope(record.tenant, user, memory.agent_id, record.session_id)
