@@ -204,7 +204,7 @@ class Agent:
         )
         await self.hooks.load()
         if self.memory is not None:
-            self.memory.start()  # what the outbox kept from before a restart is sent now
+            await self.memory.start()  # what the outbox kept from before a restart is sent now
         for call in await self.store.list_pending_hosted_calls():
             async with self.cache.use(call.tenant, call.session_id):
                 pass

@@ -168,7 +168,7 @@ async def test_the_outbox_keeps_order_retries_and_never_resends_an_ambiguous_wri
 
         assert await outbox.enqueue(SCOPE, run, 1, convert, completed=True) == 1
         assert await outbox.enqueue(SCOPE, run, 1, convert, completed=True) == 0  # a run is captured once
-    outbox.start()
+    await outbox.start()
     await outbox.drain(5.0)
     # r1 failed (connection refused), was retried, and its answer was lost: kept, not sent again; r2 and r3 went
     # on, in order.
@@ -192,7 +192,7 @@ async def test_an_invalid_write_ends_dead(tmp_path: Path) -> None:
         lambda done: convert_run(messages, conversation_id="c1", run_id="r", first_index=done, now_ms=1, success=True),
         completed=True,
     )
-    outbox.start()
+    await outbox.start()
     await outbox.drain(5.0)
     assert await outbox.counts() == {"dead": 1}
     assert backend.writes == []

@@ -266,7 +266,8 @@ class LocalMemoryBackend:
                     self._db.close()
                     self._db = None
 
-        await asyncio.to_thread(close)
+        if self._db is not None:  # never opened: no thread to start for nothing
+            await asyncio.to_thread(close)
 
     # ------------------------------------------------------------------ inspection
     async def list_turns(self, scope: Scope, *, limit: int = 50) -> list[StoredTurn]:

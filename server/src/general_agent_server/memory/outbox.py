@@ -168,9 +168,12 @@ class Outbox:
             )
 
     # ------------------------------------------------------------------ dispatch
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._dispatch(), name="memory-outbox")
+    async def start(self) -> None:
+        if self._task is not None:
+            return
+        # A start is a fresh chance for what waited out a backoff before the restart.
+        await self._run(lambda db: db.execute("UPDATE outbox SET next_attempt_ms = 0 WHERE state = 'pending'"))
+        self._task = asyncio.create_task(self._dispatch(), name="memory-outbox")
 
     async def _heads(self) -> tuple[list[Row], int | None]:
         """Each conversation's oldest pending row that is due, and when the next one not due yet is."""
@@ -197,8 +200,6 @@ class Outbox:
         return due, later
 
     async def _dispatch(self) -> None:
-        # A start is a fresh chance for what waited out a backoff before the restart.
-        await self._run(lambda db: db.execute("UPDATE outbox SET next_attempt_ms = 0 WHERE state = 'pending'"))
         while True:
             self._wake.clear()
             try:
@@ -320,7 +321,8 @@ class Outbox:
                     self._db.close()
                     self._db = None
 
-        await asyncio.to_thread(close)
+        if self._db is not None:  # never opened: no thread to start for nothing
+            await asyncio.to_thread(close)
 
 
 def _owner(scope: Scope | None) -> tuple[str, list[str]]:

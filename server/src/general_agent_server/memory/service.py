@@ -214,8 +214,8 @@ class MemoryService:
         return None
 
     # ------------------------------------------------------------------ life cycle
-    def start(self) -> None:
-        self.outbox.start()
+    async def start(self) -> None:
+        await self.outbox.start()
 
     async def aclose(self) -> None:
         """Sends what is due within the drain deadline; the rest stays in the outbox for the next start."""
