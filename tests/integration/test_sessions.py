@@ -60,15 +60,17 @@ async def test_invalid_fields_are_named(stub: Stub) -> None:
     assert error.field_violations[0][0] == "session"
 
 
-async def test_capabilities_of_later_releases_answer_unimplemented(stub: Stub) -> None:
-    for fields, capability in (({"memory": session_pb2.MemoryConfig(enabled=True, user_id="u1")}, "memory"),):
-        error = await rpc_error(create_session(stub, **fields))
-        assert (error.code, error.reason, error.metadata) == (
-            grpc.StatusCode.UNIMPLEMENTED,
-            "NOT_IMPLEMENTED",
-            {"capability": capability},
-        )
-    # Asking for nothing of them is fine: a memory scope without enabling memory is kept for later.
+async def test_memory_config_round_trips_and_is_validated(stub: Stub) -> None:
+    memory = session_pb2.MemoryConfig(
+        enabled=True, user_id="u1", agent_id="a1", recall_top_k=3, recall_budget_chars=900
+    )
+    created = await create_session(stub, memory=memory)
+    assert created.memory == memory
+    error = await rpc_error(create_session(stub, memory=session_pb2.MemoryConfig(enabled=True, recall_top_k=21)))
+    assert (error.code, error.field_violations[0][0]) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "session.memory.recall_top_k",
+    )
     await create_session(stub, memory=session_pb2.MemoryConfig(enabled=False, user_id="u1"))
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from general_agent_server.domain.context import CallContext
 from general_agent_server.domain.errors import ErrorCode, ServiceError
 from general_agent_server.domain.events import RunReason
-from general_agent_server.domain.session import HostedToolDefinition
+from general_agent_server.domain.session import HostedToolDefinition, SessionRecord
 from general_agent_server.exports.event_log import EventLog
 from general_agent_server.exports.transcript_export import TranscriptExporter
 from general_agent_server.hooks.admin import HookAdmin
@@ -26,6 +26,8 @@ from general_agent_server.hooks.registrations import HookDialer, HookRegistratio
 from general_agent_server.hooks.registry import HookRegistry
 from general_agent_server.hooks.runner import HookOutcome, HookRunner
 from general_agent_server.mcp_servers.servers import McpServers, McpSettings
+from general_agent_server.memory.service import MemoryService
+from general_agent_server.memory.tools import MemoryTools
 from general_agent_server.model.credentials import CredentialResolver, SessionKeys
 from general_agent_server.model.port import ModelClient
 from general_agent_server.runs.attachment import Attachment
@@ -64,6 +66,7 @@ class Agent:
         global_hosted_tools: tuple[HostedToolDefinition, ...] = (),
         event_log: EventLog | None = None,
         hook_dialer: HookDialer | None = None,
+        memory: MemoryService | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -81,7 +84,8 @@ class Agent:
         # The subagents tool joins (a copy of) the catalog below: it drives child sessions through the services
         # built here, which the sessions' tool sets need first.
         builtins = dict(catalog.builtins)
-        catalog = replace(catalog, builtins=builtins)
+        self.memory = memory
+        catalog = replace(catalog, builtins=builtins, session_tools=MemoryTools(memory) if memory else None)
         self.catalog = catalog
         self.mcp = McpServers(
             McpSettings(
@@ -107,6 +111,10 @@ class Agent:
                 mcp=self.mcp,
             )
         )
+        if memory is not None:
+            # Built in, so not subject to plugin_mode; its handlers serve only the sessions with memory on.
+            memory.attach(self._record)
+            self.hook_runner.registry.register(memory.handlers())
         self.hooks = HookAdmin(
             store=store,
             runner=self.hook_runner,
@@ -176,6 +184,10 @@ class Agent:
             children, builtin_names=frozenset(builtins), timeout_seconds=settings.run_deadline
         )
 
+    def _record(self, tenant: str, session_id: str) -> SessionRecord | None:
+        session = self.cache.peek(tenant, session_id)
+        return session.record if session is not None else None
+
     # ------------------------------------------------------------------ life cycle
     async def start(self) -> None:
         """Start-up recovery: runs interrupted by a crash are marked FAILED/INTERRUPTED; suspended sessions come
@@ -191,6 +203,8 @@ class Agent:
             self.hook_runner.registry, mode=self.settings.plugin_mode, enabled_ids=self.settings.enabled_plugin_ids
         )
         await self.hooks.load()
+        if self.memory is not None:
+            await self.memory.start()  # what the outbox kept from before a restart is sent now
         for call in await self.store.list_waiting_calls():
             async with self.cache.use(call.tenant, call.session_id):
                 pass
@@ -219,6 +233,8 @@ class Agent:
         await asyncio.gather(*(s.end_session_hooks(wait=True) for s in self.cache.loaded()))
         await self._fire_gateway("gateway_stop", {"reason": "shutdown"})
         await asyncio.gather(*self.hook_runner.background, return_exceptions=True)
+        if self.memory is not None:
+            await self.memory.aclose()  # after agent_end's captures have reached the outbox
         # Background processes of tools (exec) and MCP servers die with the server.
         await self.catalog.aclose()
         await self.mcp.aclose()

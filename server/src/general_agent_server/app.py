@@ -26,6 +26,8 @@ from general_agent_server.config import ServerSettings
 from general_agent_server.exports.event_log import EventLog
 from general_agent_server.exports.transcript_export import TranscriptExporter
 from general_agent_server.hooks.registrations import HookDialer
+from general_agent_server.memory.service import MemoryService
+from general_agent_server.memory.setup import build_memory
 from general_agent_server.model.anthropic import AnthropicModelClient
 from general_agent_server.model.credentials import CredentialResolver
 from general_agent_server.model.port import ModelClient
@@ -62,11 +64,18 @@ class RunningServer:
 
 
 def build_agent(
-    settings: ServerSettings, *, store: SessionStore, model: ModelClient, hook_dialer: HookDialer | None = None
+    settings: ServerSettings,
+    *,
+    store: SessionStore,
+    model: ModelClient,
+    hook_dialer: HookDialer | None = None,
+    memory: MemoryService | None = None,
 ) -> Agent:
     """The agent over the given ports, configured from the settings (in-process tests use it with the
-    in-memory store and the scripted model)."""
+    in-memory store and the scripted model). Memory is built from the settings unless given."""
     state_dir = Path(settings.state_dir)
+    if memory is None:
+        memory = build_memory(settings.memory(), os.environ)
     return Agent(
         settings=settings.core(),
         store=store,
@@ -81,6 +90,7 @@ def build_agent(
         global_hosted_tools=settings.hosted_tools,
         event_log=EventLog(state_dir / "events") if settings.event_log else None,
         hook_dialer=hook_dialer,
+        memory=memory,
     )
 
 

@@ -1,4 +1,4 @@
-"""`general-agent serve` and `general-agent settings`."""
+"""`general-agent serve`, `general-agent settings` and `general-agent memory` (docs/memory.md)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ import argparse
 import asyncio
 import os
 import sys
+from pathlib import Path
 
 from general_agent_server import __version__
 from general_agent_server.config import ConfigError, add_flags, load_settings, settings_table_markdown
 from general_agent_server.config.docs import configuration_page
 from general_agent_server.hardening import harden_process
 from general_agent_server.logging_setup import configure_logging
+from general_agent_server.memory.inspect import add_arguments as add_memory_arguments
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,7 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     settings_parser.add_argument(
         "--page", action="store_true", help="Print the whole configuration page (docs/configuration.md)."
     )
+    memory_parser = commands.add_parser("memory", help="List, search or delete one user's memories.")
+    add_memory_arguments(memory_parser)
     args = parser.parse_args(argv)
+    if args.command == "memory":
+        return _memory(args)
     if args.command == "settings":
         print(configuration_page() if args.page else settings_table_markdown(), end="\n" if not args.page else "")
         return 0
@@ -43,6 +49,19 @@ def main(argv: list[str] | None = None) -> int:
 
     asyncio.run(serve(settings))
     return 0
+
+
+def _memory(args: argparse.Namespace) -> int:
+    from general_agent_server.memory.inspect import run
+
+    try:
+        state_dir = args.state_dir or load_settings(None, os.environ).state_dir
+    except ConfigError as exc:
+        print(f"general-agent: configuration error: {exc}", file=sys.stderr)
+        return 2
+    code, output = asyncio.run(run(args, Path(state_dir)))
+    print(output, file=sys.stdout if code == 0 else sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

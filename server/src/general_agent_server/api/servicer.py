@@ -378,7 +378,7 @@ class AgentServicer(api_grpc.AgentServiceServicer):
         return server_info_api.GetServerInfoResponse(
             version=general_agent_server.__version__,
             api_version=general_agent_server.API_VERSION,
-            capabilities=list(CAPABILITIES),
+            capabilities=[*CAPABILITIES, "memory"] if self._agent.memory is not None else list(CAPABILITIES),
             default_model_ref=settings.default_model,
             limits=self._limits,
         )

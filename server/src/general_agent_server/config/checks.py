@@ -6,6 +6,7 @@ from urllib.parse import urlsplit
 
 from general_agent_server.config.table import INPUT_LIMIT_NAMES, ServerSettings
 from general_agent_server.hooks.plugins import PluginMode
+from general_agent_server.memory.settings import BACKENDS, MAX_BUDGET_CHARS, MAX_TOP_K
 from general_agent_server.tools.shell.command_user import CommandUserError, command_user
 
 
@@ -82,6 +83,20 @@ def validate(settings: ServerSettings) -> None:
     ):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{name}: must be positive")
+    _check_memory(settings)
     for tenant, profile_id in settings.tenant_default_profiles.items():
         if profile_id not in settings.auth_profiles:
             raise ConfigError(f"tenant_default_profiles.{tenant}: unknown profile {profile_id!r}")
+
+
+def _check_memory(settings: ServerSettings) -> None:
+    if settings.memory_backend not in BACKENDS:
+        raise ConfigError(f"memory_backend: expected local, everme or off, got {settings.memory_backend!r}")
+    if not 1 <= settings.memory_recall_top_k <= MAX_TOP_K:
+        raise ConfigError(f"memory_recall_top_k: must be between 1 and {MAX_TOP_K}")
+    if not 200 <= settings.memory_recall_budget_chars <= MAX_BUDGET_CHARS:
+        raise ConfigError(f"memory_recall_budget_chars: must be between 200 and {MAX_BUDGET_CHARS}")
+    if settings.memory_recall_timeout <= 0:
+        raise ConfigError("memory_recall_timeout: must be positive")
+    if settings.memory_backend == "everme" and not settings.memory_everme_user_id:
+        raise ConfigError("memory_everme_user_id: required with memory_backend = everme (whose token it is)")

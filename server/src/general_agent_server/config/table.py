@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from general_agent_server.domain.session import HostedToolDefinition
 from general_agent_server.domain.validation import DEFAULT_LIMITS, InputLimits
 from general_agent_server.hooks.plugins import PluginMode, normalise_plugin_ids
+from general_agent_server.memory.settings import MemorySettings
 from general_agent_server.model.credentials import AuthProfile
 from general_agent_server.sessions.settings import CoreSettings
 from general_agent_server.tools.runtime import ToolLimits
@@ -222,6 +223,29 @@ class ServerSettings:
         "", "Comma-separated plugin ids (entry points of group general_agent.plugins) to load when ALLOWLISTED."
     )
     anthropic_api_key_file: str = setting("", "File holding the default profile's API key (else ANTHROPIC_API_KEY).")
+    memory_backend: str = setting(
+        "local",
+        "Memory (docs/memory.md): local (SQLite FTS5 under <state_dir>/memory, no network), everme (the EverMe "
+        "gateway; credentials from EVERME_* variables or the env file) or off.",
+    )
+    memory_default_enabled: bool = setting(
+        False, "Sessions whose memory.enabled is unset use memory (else only those that set it)."
+    )
+    memory_recall_top_k: int = setting(5, "Memories recalled per turn at most (1-20); a session may ask fewer or more.")
+    memory_recall_budget_chars: int = setting(
+        4000, "Characters the recall block may take, wrapper included; a session may set its own."
+    )
+    memory_recall_timeout: float = setting(
+        2.0, "Seconds recall may take before the turn goes on without it (the one deadline of recall)."
+    )
+    memory_everme_env_file: str = setting(
+        "",
+        "An env file of EVERME_* keys (else EVERME_ENV_FILE); it never overrides the shell but for the token and id.",
+    )
+    memory_everme_tenant: str = setting("default", "The tenant whose sessions the EverMe backend serves.")
+    memory_everme_user_id: str = setting(
+        "", "The memory.user_id of the person the EverMe token belongs to; only their sessions use the gateway."
+    )
 
     # From the environment and the TOML file only (never flags), and secrets never from either's values:
     default_profile: AuthProfile | None = field(default=None, repr=False)
@@ -249,6 +273,20 @@ class ServerSettings:
             context_windows=context_windows(self.context_windows),
             mcp_stdio_allow=frozenset(c.strip() for c in self.mcp_stdio_allow.split(",") if c.strip()),
             approval_policy=tuple(e.strip() for e in self.approval_policy.split(",") if e.strip()),
+        )
+
+    def memory(self) -> MemorySettings:
+        return MemorySettings(
+            backend=self.memory_backend,
+            default_enabled=self.memory_default_enabled,
+            recall_top_k=self.memory_recall_top_k,
+            recall_budget_chars=self.memory_recall_budget_chars,
+            recall_timeout=self.memory_recall_timeout,
+            state_dir=Path(self.state_dir) / "memory",
+            everme_env_file=self.memory_everme_env_file,
+            everme_tenant=self.memory_everme_tenant,
+            everme_user_id=self.memory_everme_user_id,
+            drain_timeout=min(5.0, self.shutdown_grace),
         )
 
     def tool_limits(self) -> ToolLimits:

@@ -48,9 +48,14 @@ class ThinkingConfig:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MemoryConfig:
+    """Whose memory a session uses (docs/memory.md). `enabled` None means the server's default; 0 for the
+    recall fields means the server's value."""
+
     enabled: bool | None = None
     user_id: str = ""
     agent_id: str = ""
+    recall_top_k: int = 0
+    recall_budget_chars: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

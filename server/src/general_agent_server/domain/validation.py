@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from general_agent_server.domain.content import IMAGE_MIME_TYPES, ContentPart, ImagePart, TextPart
-from general_agent_server.domain.errors import ErrorCode, ServiceError, invalid_argument, not_implemented, quoted
+from general_agent_server.domain.errors import ErrorCode, ServiceError, invalid_argument, quoted
 from general_agent_server.domain.json_values import check_json_depth
 from general_agent_server.domain.session import HostedToolDefinition, SessionConfig, SessionLimits, ThinkingMode
 
@@ -111,6 +111,7 @@ def check_config(
     field_prefix: str = "session",
     global_hosted_names: frozenset[str] = frozenset(),
     limits: InputLimits = DEFAULT_LIMITS,
+    memory_served: bool = True,
 ) -> None:
     check_size(
         f"{field_prefix}.system_prompt", len(config.system_prompt.encode()), "bytes", limits, "max_system_prompt_bytes"
@@ -137,8 +138,6 @@ def check_config(
     if len(config.disabled_mcp_servers) > MAX_MCP_SERVERS:
         raise invalid_argument(f"{field_prefix}.disabled_mcp_servers", f"at most {MAX_MCP_SERVERS} servers")
     _check_names(f"{field_prefix}.disabled_mcp_servers", config.disabled_mcp_servers)
-    for name in ("user_id", "agent_id"):
-        check_token(f"{field_prefix}.memory.{name}", getattr(config.memory, name))
     check_hosted_tools(
         config.hosted_tools, field=f"{field_prefix}.hosted_tools", global_names=global_hosted_names, limits=limits
     )
@@ -153,8 +152,34 @@ def check_config(
         raise invalid_argument(f"{field_prefix}.auto_compaction.threshold_pct", "must be between 0 and 100")
     if automatic.cooldown_seconds is not None and automatic.cooldown_seconds < 0:
         raise invalid_argument(f"{field_prefix}.auto_compaction.cooldown", "must not be negative")
-    if config.memory.enabled:
-        raise not_implemented("memory", f"{field_prefix}.memory.enabled")
+    check_memory(config, field_prefix)
+    if config.memory.enabled and not memory_served:
+        raise ServiceError(
+            ErrorCode.UNIMPLEMENTED,
+            "NOT_IMPLEMENTED",
+            f"{field_prefix}.memory.enabled: this server serves no memory (memory_backend = off)",
+            metadata={"capability": "memory"},
+        )
+
+
+# Bounds of a session's recall settings (docs/memory.md, "Configuration").
+MAX_RECALL_TOP_K = 20
+MAX_RECALL_BUDGET_CHARS = 20_000
+
+
+def check_memory(config: SessionConfig, field_prefix: str) -> None:
+    memory = config.memory
+    for name in ("user_id", "agent_id"):
+        value = getattr(memory, name)
+        check_token(f"{field_prefix}.memory.{name}", value)
+        if value and (value != value.strip() or any(ord(c) < 32 for c in value)):
+            raise invalid_argument(f"{field_prefix}.memory.{name}", "must not hold control characters or edge spaces")
+    if not 0 <= memory.recall_top_k <= MAX_RECALL_TOP_K:
+        raise invalid_argument(f"{field_prefix}.memory.recall_top_k", f"must be between 0 and {MAX_RECALL_TOP_K}")
+    if not 0 <= memory.recall_budget_chars <= MAX_RECALL_BUDGET_CHARS:
+        raise invalid_argument(
+            f"{field_prefix}.memory.recall_budget_chars", f"must be between 0 and {MAX_RECALL_BUDGET_CHARS}"
+        )
 
 
 def _check_names(field_path: str, names: Sequence[str]) -> None:

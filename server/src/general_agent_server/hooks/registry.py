@@ -96,6 +96,12 @@ class HookHandler:
     order: int = 0
     # How much history this handler gets in `messages`/`historyMessages` (remote default: counts only).
     messages: MessageSelection = field(default_factory=MessageSelection)
+    # For a built-in handler that serves some sessions only (memory serves those with memory on): asked with
+    # (tenant, session_id), so the others neither build its payloads nor wait for it.
+    serves: Callable[[str, str], bool] | None = None
+
+    def applies(self, tenant: str, session_id: str) -> bool:
+        return self.serves is None or self.serves(tenant, session_id)
 
     @property
     def timeout(self) -> float:
@@ -131,7 +137,13 @@ class HookRegistry:
 
     def has_handlers(self, hooks: frozenset[str], *, tenant: str = "", session_id: str = "") -> bool:
         """A cheap test the hot paths use to skip building payloads nobody receives."""
-        return any(h.hook in hooks and h.tenant in ("", tenant) and h.scope in ("", session_id) for h in self._handlers)
+        return any(
+            h.hook in hooks
+            and h.tenant in ("", tenant)
+            and h.scope in ("", session_id)
+            and h.applies(tenant, session_id)
+            for h in self._handlers
+        )
 
     def handlers(self, hook: str, *, tenant: str = "", session_id: str = "") -> list[HookHandler]:
         """Server-wide (tenant ""), the tenant's, and the session's handlers: priority desc, then
@@ -140,6 +152,9 @@ class HookRegistry:
         chosen = [
             h
             for h in self._handlers
-            if h.hook == hook and (every_tenant or h.tenant in ("", tenant)) and h.scope in ("", session_id)
+            if h.hook == hook
+            and (every_tenant or h.tenant in ("", tenant))
+            and h.scope in ("", session_id)
+            and h.applies(tenant, session_id)
         ]
         return sorted(chosen, key=lambda h: (-h.priority, h.order))

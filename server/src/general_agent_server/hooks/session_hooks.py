@@ -107,7 +107,8 @@ class SessionHooks:
 
     def context(self, run_id: str, **extra: Any) -> JsonObject:
         """HookContext as hook.proto shapes it for agent and tool hooks; `dispatchSeq` orders dispatches within a run
-        and is 0 outside one (session_end, before_reset), as hook.proto documents."""
+        and is 0 outside one (session_end, before_reset), as hook.proto documents. In-process handlers also get the
+        session's `tenant` (HookContext has no such field, so a remote host never sees it)."""
         scope = self._scope
         if run_id:
             self._dispatch_seq += 1
@@ -119,6 +120,7 @@ class SessionHooks:
             "runId": run_id,
             "workspaceDir": str(self._workspace),
             "dispatchSeq": self._dispatch_seq if run_id else 0,
+            "tenant": scope.tenant,
             **extra,
         }
 

@@ -23,6 +23,31 @@ _PATTERNS = (
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-]{8,}"),
     re.compile(r"(?i)(x-api-key[\"']?\s*[:=]\s*[\"']?)[^\s\"',]+"),
 )
+# The memory gateway's credentials and presigned-URL parts (docs/memory.md, "Redaction"), also for logs and
+# errors: EverMe tokens keep their first eight characters, which support staff use to tell tokens apart.
+_GATEWAY_PATTERNS = (
+    (re.compile(r"\b((?:evt|emk)_[A-Za-z0-9]{4})[A-Za-z0-9_\-]{28,}"), r"\1_REDACTED"),
+    (re.compile(r"(?i)(X-Amz-(?:Signature|Credential|Security-Token)=)[^&\s\"'<>]+"), r"\1[REDACTED]"),
+    (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), "[REDACTED-AWSKEY]"),
+)
+# What is removed from conversation text before memory stores it (docs/memory.md, "Redaction"): value-shaped
+# secrets only, each replaced by a label naming its kind, so the text stays readable; a false positive would
+# damage stored knowledge for good, so the bare words ("password", "token") are never matched on their own.
+CONTENT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("private_key", re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY-----")),
+    ("api_key", re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}")),
+    ("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})")),
+    ("slack_token", re.compile(r"\bxox[abpr]-[A-Za-z0-9\-]{10,}")),
+    ("aws_key", re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")),
+    ("everme_token", re.compile(r"\b(?:evt|emk)_[A-Za-z0-9_\-]{8,}")),
+    ("bearer", re.compile(r"(?i)(?<=bearer )[A-Za-z0-9._~+/=\-]{10,}")),
+    ("aws_signature", re.compile(r"(?i)(?<=X-Amz-Signature=)[^&\s\"'<>]+")),
+    ("aws_signature", re.compile(r"(?i)(?<=X-Amz-Credential=)[^&\s\"'<>]+")),
+    ("aws_signature", re.compile(r"(?i)(?<=X-Amz-Security-Token=)[^&\s\"'<>]+")),
+    ("password", re.compile(r"(?i)(?<=\bpassword=)[^\s\"'&,;]{4,}|(?<=\bpasswd=)[^\s\"'&,;]{4,}")),
+    ("password", re.compile(r"(?i)(?<=\"password\": \")[^\"]{4,}(?=\")|(?<=\"password\":\")[^\"]{4,}(?=\")")),
+    ("secret", re.compile(r"(?i)(?<=\bsecret=)[^\s\"'&,;]{4,}|(?<=\bclient_secret=)[^\s\"'&,;]{4,}")),
+)
 REDACTED = "[REDACTED]"
 MIN_SECRET_CHARS = 8
 
@@ -128,4 +153,18 @@ def scrub(text: str, secrets: Iterable[str] = ()) -> str:
     text = redact_text(text)
     for pattern in _PATTERNS:
         text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + REDACTED, text)
+    for gateway_pattern, replacement in _GATEWAY_PATTERNS:
+        text = gateway_pattern.sub(replacement, text)
     return text
+
+
+def redact_content(text: str) -> tuple[str, tuple[str, ...]]:
+    """Conversation text as memory may store it: every registered secret, and every value matching one of
+    CONTENT_PATTERNS replaced by `[REDACTED:<kind>]`; also the kinds found (for a count, never the values)."""
+    text = redact_text(text)
+    found: list[str] = []
+    for kind, pattern in CONTENT_PATTERNS:
+        text, count = pattern.subn(f"[REDACTED:{kind}]", text)
+        if count and kind not in found:
+            found.append(kind)
+    return text, tuple(found)

@@ -215,6 +215,7 @@ class LiveSession:
                 allowed=config.allowed_tools,
                 extra=hosted,
                 mcp=servers.tools(taken) if servers is not None else (),
+                record=self.record,
             )
             cached = self._toolset = (config, mode, mcp_key, tools)
         return cached[3]

@@ -109,6 +109,7 @@ class SessionService:
             field_prefix=field_prefix,
             global_hosted_names=self.global_hosted_names if hosted_names else frozenset(),
             limits=self.settings.input_limits,
+            memory_served=self.settings.memory_backend != "off",
         )
 
     async def insert(self, record: SessionRecord, batch: WriteBatch) -> None:

@@ -54,6 +54,7 @@ class CoreSettings:
     mcp_stdio_allow: frozenset[str]
     approval_policy: tuple[str, ...]
     approval_timeout: float
+    memory_backend: str = "local"
     # Internal constants, not settings:
     # sequences reserved in the session record per block, so a crash never reuses one;
     sequence_block: int = 4096

@@ -19,6 +19,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from general_agent_server.domain.content import ContentPart, ImagePart, TextPart
+from general_agent_server.domain.session import SessionRecord
 from general_agent_server.security.redaction import redact
 
 logger = logging.getLogger(__name__)
@@ -251,12 +252,20 @@ def image_outcome(data: bytes, mime_type: str, note: str) -> ToolOutcome:
     return ToolOutcome(content=(TextPart(text=note), ImagePart(mime_type=mime_type, data=data)))
 
 
+class SessionTools(Protocol):
+    """Built-in tools that depend on the session's configuration (memory_search and memory_get for a session
+    with memory, docs/memory.md)."""
+
+    def tools_for(self, record: SessionRecord) -> Sequence[LocalTool]: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class ToolCatalog:
     """The server's built-in tools; sessions pick from it by mode and allowed_tools."""
 
     builtins: Mapping[str, LocalTool] = field(default_factory=dict)
     limits: ToolLimits = field(default_factory=ToolLimits)
+    session_tools: SessionTools | None = None
 
     def for_session(
         self,
@@ -265,11 +274,14 @@ class ToolCatalog:
         allowed: Sequence[str],
         extra: Sequence[ToolSpec] = (),
         mcp: Sequence[LocalTool] = (),
+        record: SessionRecord | None = None,
     ) -> ToolSet:
-        """Built-in tools by mode (GENERAL: read-only ones) and `allowed`; hosted tools (`extra`) as given; MCP
-        tools in every mode (the host chose them), subject to `allowed`."""
+        """Built-in tools by mode (GENERAL: read-only ones) and `allowed`, then the session's own built-ins
+        (`session_tools`, read-only, in every mode, subject to `allowed`); hosted tools (`extra`) as given; MCP
+        tools in every mode (the host chose them), subject to `allowed`. An MCP tool never takes a built-in's name."""
         chosen: dict[str, LocalTool] = {}
-        for name, tool in self.builtins.items():
+        own = self.session_tools.tools_for(record) if self.session_tools is not None and record is not None else ()
+        for name, tool in [*self.builtins.items(), *((t.spec.name, t) for t in own)]:
             if not coding and not tool.spec.read_only:
                 continue
             if allowed and name not in allowed:
@@ -277,7 +289,7 @@ class ToolCatalog:
             chosen[name] = tool
         specs = [t.spec for t in chosen.values()] + list(extra)
         for tool in mcp:
-            if allowed and tool.spec.name not in allowed:
+            if (allowed and tool.spec.name not in allowed) or tool.spec.name in chosen:
                 continue
             chosen[tool.spec.name] = tool
             specs.append(tool.spec)

@@ -312,18 +312,26 @@ func (x *ThinkingConfig) GetBudgetTokens() int32 {
 	return 0
 }
 
-// Memory scope. Memory is not built yet: `enabled: true` is answered
-// UNIMPLEMENTED (capability `memory`).
+// Memory (docs/memory.md): whose memories a session recalls and captures.
+// A server with `memory_backend = off` answers `enabled: true` UNIMPLEMENTED
+// (capability `memory`).
 type MemoryConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Unset = the server default (on).
+	// Unset = the server default (`memory_default_enabled`, off unless set).
 	Enabled *bool `protobuf:"varint,1,opt,name=enabled,proto3,oneof" json:"enabled,omitempty"`
-	// Whose memory.
+	// Whose memory: sessions of one tenant with the same user_id share their
+	// memories. Empty: the session's memories are its own.
 	UserId string `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
-	// Which agent's memory.
-	AgentId       string `protobuf:"bytes,3,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Which agent's memory; memories are kept apart per agent.
+	AgentId string `protobuf:"bytes,3,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// Memories recalled per turn at most (0-20; 0 = the server's
+	// `memory_recall_top_k`).
+	RecallTopK int32 `protobuf:"varint,4,opt,name=recall_top_k,json=recallTopK,proto3" json:"recall_top_k,omitempty"`
+	// Characters the recall block may take (0-20000; 0 = the server's
+	// `memory_recall_budget_chars`).
+	RecallBudgetChars int32 `protobuf:"varint,5,opt,name=recall_budget_chars,json=recallBudgetChars,proto3" json:"recall_budget_chars,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *MemoryConfig) Reset() {
@@ -375,6 +383,20 @@ func (x *MemoryConfig) GetAgentId() string {
 		return x.AgentId
 	}
 	return ""
+}
+
+func (x *MemoryConfig) GetRecallTopK() int32 {
+	if x != nil {
+		return x.RecallTopK
+	}
+	return 0
+}
+
+func (x *MemoryConfig) GetRecallBudgetChars() int32 {
+	if x != nil {
+		return x.RecallBudgetChars
+	}
+	return 0
 }
 
 // Per-session limits; unset fields take the server's values, and values
@@ -1160,11 +1182,14 @@ const file_general_agent_v1_session_proto_rawDesc = "" +
 	"sessionKey\"i\n" +
 	"\x0eThinkingConfig\x122\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1e.general_agent.v1.ThinkingModeR\x04mode\x12#\n" +
-	"\rbudget_tokens\x18\x02 \x01(\x05R\fbudgetTokens\"m\n" +
+	"\rbudget_tokens\x18\x02 \x01(\x05R\fbudgetTokens\"\xbf\x01\n" +
 	"\fMemoryConfig\x12\x1d\n" +
 	"\aenabled\x18\x01 \x01(\bH\x00R\aenabled\x88\x01\x01\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x19\n" +
-	"\bagent_id\x18\x03 \x01(\tR\aagentIdB\n" +
+	"\bagent_id\x18\x03 \x01(\tR\aagentId\x12 \n" +
+	"\frecall_top_k\x18\x04 \x01(\x05R\n" +
+	"recallTopK\x12.\n" +
+	"\x13recall_budget_chars\x18\x05 \x01(\x05R\x11recallBudgetCharsB\n" +
 	"\n" +
 	"\b_enabled\"\x82\x02\n" +
 	"\rSessionLimits\x124\n" +

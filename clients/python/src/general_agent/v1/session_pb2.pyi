@@ -167,8 +167,9 @@ Global___ThinkingConfig: _TypeAlias = ThinkingConfig  # noqa: Y015
 
 @_typing.final
 class MemoryConfig(_message.Message):
-    """Memory scope. Memory is not built yet: `enabled: true` is answered
-    UNIMPLEMENTED (capability `memory`).
+    """Memory (docs/memory.md): whose memories a session recalls and captures.
+    A server with `memory_backend = off` answers `enabled: true` UNIMPLEMENTED
+    (capability `memory`).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -176,22 +177,36 @@ class MemoryConfig(_message.Message):
     ENABLED_FIELD_NUMBER: _builtins.int
     USER_ID_FIELD_NUMBER: _builtins.int
     AGENT_ID_FIELD_NUMBER: _builtins.int
+    RECALL_TOP_K_FIELD_NUMBER: _builtins.int
+    RECALL_BUDGET_CHARS_FIELD_NUMBER: _builtins.int
     enabled: _builtins.bool
-    """Unset = the server default (on)."""
+    """Unset = the server default (`memory_default_enabled`, off unless set)."""
     user_id: _builtins.str
-    """Whose memory."""
+    """Whose memory: sessions of one tenant with the same user_id share their
+    memories. Empty: the session's memories are its own.
+    """
     agent_id: _builtins.str
-    """Which agent's memory."""
+    """Which agent's memory; memories are kept apart per agent."""
+    recall_top_k: _builtins.int
+    """Memories recalled per turn at most (0-20; 0 = the server's
+    `memory_recall_top_k`).
+    """
+    recall_budget_chars: _builtins.int
+    """Characters the recall block may take (0-20000; 0 = the server's
+    `memory_recall_budget_chars`).
+    """
     def __init__(
         self,
         *,
         enabled: _builtins.bool | None = ...,
         user_id: _builtins.str = ...,
         agent_id: _builtins.str = ...,
+        recall_top_k: _builtins.int = ...,
+        recall_budget_chars: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_enabled", b"_enabled", "enabled", b"enabled"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_enabled", b"_enabled", "agent_id", b"agent_id", "enabled", b"enabled", "user_id", b"user_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_enabled", b"_enabled", "agent_id", b"agent_id", "enabled", b"enabled", "recall_budget_chars", b"recall_budget_chars", "recall_top_k", b"recall_top_k", "user_id", b"user_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__enabled: _TypeAlias = _typing.Literal["enabled"]  # noqa: Y015
     _WhichOneofArgType__enabled: _TypeAlias = _typing.Literal["_enabled", b"_enabled"]  # noqa: Y015

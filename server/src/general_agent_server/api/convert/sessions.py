@@ -90,6 +90,8 @@ def config_from_proto(session: session_pb2.Session) -> SessionConfig:
             enabled=session.memory.enabled if session.memory.HasField("enabled") else None,
             user_id=session.memory.user_id,
             agent_id=session.memory.agent_id,
+            recall_top_k=session.memory.recall_top_k,
+            recall_budget_chars=session.memory.recall_budget_chars,
         ),
         labels=dict(session.labels),
         limits=SessionLimits(
@@ -237,6 +239,8 @@ def session_to_proto(view: SessionView) -> session_pb2.Session:
         session.approval_policy.entries.extend(c.approval_policy)
     session.memory.user_id = c.memory.user_id
     session.memory.agent_id = c.memory.agent_id
+    session.memory.recall_top_k = c.memory.recall_top_k
+    session.memory.recall_budget_chars = c.memory.recall_budget_chars
     if c.memory.enabled is not None:
         session.memory.enabled = c.memory.enabled
     limits = session.limits

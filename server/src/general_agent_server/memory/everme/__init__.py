@@ -1,0 +1,1 @@
+"""The EverMe backend (docs/memory.md, "The EverMe backend"): configuration, HTTP transport, batching."""
