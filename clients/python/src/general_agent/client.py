@@ -45,7 +45,7 @@ from general_agent._transport import (
 )
 from general_agent._turns import TurnResult, TurnsMixin
 from general_agent.errors import AgentError
-from general_agent.runner import OnApproval, Run
+from general_agent.runner import OnApproval, OnHostedCall, Run
 from general_agent.tools import HostedToolRegistry, ToolHandler
 from general_agent.v1 import hosted_tool_pb2
 
@@ -257,13 +257,15 @@ class AgentClient(SessionsMixin, TurnsMixin, AdminMixin):
         *,
         images: Iterable[Image] = (),
         on_approval: OnApproval | None = None,
+        on_hosted_call: OnHostedCall | None = None,
         request_id: str = "",
         busy_policy: BusyPolicyName = "REJECT",
         reconnect_timeout: float = 60.0,
     ) -> Run:
         """Starts one run over RunSession and drives it to its end: registered hosted tools are executed
         and answered, approvals go to ``on_approval`` (which returns an
-        :class:`~general_agent.runner.ApprovalAnswer`, a bool or ``"always"``), and a dropped stream is
+        :class:`~general_agent.runner.ApprovalAnswer`, a bool or ``"always"``), hosted calls of tools without
+        a registered handler to ``on_hosted_call`` (when given), and a dropped stream is
         reattached after the last sequence seen (for up to ``reconnect_timeout`` seconds without contact).
 
         ``async for event in client.run(...)`` yields the run's typed events; ``await client.run(...)``
@@ -274,6 +276,7 @@ class AgentClient(SessionsMixin, TurnsMixin, AdminMixin):
             session_id,
             conv.parts(text_or_parts, images),
             on_approval=on_approval,
+            on_hosted_call=on_hosted_call,
             request_id=request_id,
             busy_policy=busy_policy,
             reconnect_timeout=reconnect_timeout,

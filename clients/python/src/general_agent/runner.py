@@ -43,13 +43,12 @@ from general_agent.event_types import (
     run_text,
     to_event,
 )
-from general_agent.tools import HostedTool
 from general_agent.v1 import content_pb2, run_session_pb2, turn_pb2
 
 if TYPE_CHECKING:
     from general_agent.client import AgentClient
 
-__all__ = ["ApprovalAnswer", "ApprovalLike", "OnApproval", "Run", "RunResult"]
+__all__ = ["ApprovalAnswer", "ApprovalLike", "OnApproval", "OnHostedCall", "Run", "RunResult"]
 
 _LOG = logging.getLogger(__name__)
 _IGNORED_ANSWER_ERRORS = frozenset({"TOOL_CALL_ALREADY_RESOLVED", "UNKNOWN_TOOL_CALL"})
@@ -76,6 +75,8 @@ class ApprovalAnswer:
 ApprovalLike: TypeAlias = ApprovalAnswer | bool | Literal["approve", "always", "deny"]
 """An answer: an :class:`ApprovalAnswer`, True / ``"approve"``, ``"always"``, or False / ``"deny"``."""
 OnApproval: TypeAlias = Callable[[ApprovalRequested], Awaitable[ApprovalLike] | ApprovalLike]
+OnHostedCall: TypeAlias = Callable[[HostedToolCall], Awaitable[Any]]
+"""Answers a hosted call no registered handler takes: returns the output, or raises for an error result."""
 
 
 def _answer(value: ApprovalLike) -> ApprovalAnswer:
@@ -127,6 +128,7 @@ class Run:
         parts: list[content_pb2.ContentPart],
         *,
         on_approval: OnApproval | None,
+        on_hosted_call: OnHostedCall | None = None,
         request_id: str,
         busy_policy: BusyPolicyName,
         reconnect_timeout: float,
@@ -134,6 +136,7 @@ class Run:
         self._client = client
         self._session_id = session_id
         self._on_approval = on_approval
+        self._on_hosted_call = on_hosted_call
         self._request_id = request_id or new_id()
         self._turn = run_session_pb2.RunSessionRequest(
             turn=run_session_pb2.RunSessionTurn(
@@ -285,8 +288,7 @@ class Run:
         """An event of this run: start answering its calls; note its end."""
         self._events.append(event)
         if isinstance(event, HostedToolCall):
-            tool = self._client.hosted_tools.get(event.tool_name)
-            self._start(event.call_id, None if tool is None else lambda: self._run_tool(tool, event))
+            self._start(event.call_id, self._hosted_work(event))
         elif isinstance(event, ApprovalRequested):
             on_approval = self._on_approval
             self._start(event.call_id, None if on_approval is None else lambda: self._ask(event, on_approval))
@@ -306,9 +308,18 @@ class Run:
             self._unanswerable.discard(call_id)
             self._working[call_id] = asyncio.ensure_future(work())
 
-    async def _run_tool(self, tool: HostedTool, call: HostedToolCall) -> None:
+    def _hosted_work(self, call: HostedToolCall) -> Callable[[], Awaitable[None]] | None:
+        tool = self._client.hosted_tools.get(call.tool_name)
+        if tool is not None:
+            return lambda: self._run_tool(tool.call, call)
+        on_hosted_call = self._on_hosted_call
+        if on_hosted_call is not None:
+            return lambda: self._run_tool(lambda _: on_hosted_call(call), call)
+        return None
+
+    async def _run_tool(self, handler: Callable[[dict[str, Any]], Awaitable[Any]], call: HostedToolCall) -> None:
         try:
-            output = await tool.call(call.input)
+            output = await handler(call.input)
         except pydantic.ValidationError as exc:
             self._send(call.call_id, hosted_result_fields(None, f"invalid input: {exc}", None))
         except Exception as exc:

@@ -58,7 +58,14 @@ class AgentClient:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def _iterate(self, iterator: AsyncIterator[T]) -> Iterator[T]:
+        """Pulls ``iterator`` one item at a time on the loop. Left early (``break``, an exception, a
+        KeyboardInterrupt while waiting), the pending step is cancelled and the iterator closed on the loop."""
+        steps: list[asyncio.Task[Any]] = []
+
         async def step() -> Any:
+            task = asyncio.current_task()
+            assert task is not None
+            steps[:] = [task]
             try:
                 return await anext(iterator)
             except StopAsyncIteration:
@@ -68,9 +75,7 @@ class AgentClient:
             while (item := self._call(step())) is not _DONE:
                 yield item
         finally:
-            close = getattr(iterator, "aclose", None)
-            if close is not None:
-                self._call(close())
+            self._call(_finish(steps, iterator))
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._client, name)
@@ -135,6 +140,17 @@ class AgentClient:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+async def _finish(steps: list[asyncio.Task[Any]], iterator: AsyncIterator[Any]) -> None:
+    """Runs after the last step was scheduled (the loop runs callbacks in order), so `steps` names it."""
+    for task in steps:
+        if not task.done():
+            task.cancel()  # the async iterator cleans up at its await (a run cancels itself)
+            await asyncio.wait({task})
+    close = getattr(iterator, "aclose", None)
+    if close is not None:
+        await close()
 
 
 def _in_thread(function: Callable[..., T]) -> Callable[..., Awaitable[T]]:
