@@ -33,7 +33,7 @@ class PtySession:
             stdout=slave,
             stderr=slave,
             env={**env, "TERM": "xterm-256color"},
-            preexec_fn=_controlling_terminal,  # noqa: PLW1509 - the child makes the pty its terminal
+            preexec_fn=_controlling_terminal,  # the child makes the pty its controlling terminal
         )
         os.close(slave)
         self._master = master

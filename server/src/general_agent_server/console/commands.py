@@ -192,7 +192,8 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(as_json(output), indent=2, ensure_ascii=False))
     elif isinstance(output, Table):
-        Console(highlight=False, soft_wrap=False).print(output)
+        # Piped output is never cut to a terminal's width (ids stay whole for scripts).
+        Console(highlight=False, width=None if sys.stdout.isatty() else 10_000).print(output)
     else:
         print(output)
     return 0
