@@ -7,12 +7,14 @@ instead (a fixed port would collide with a developer's own `make run` and with p
 string, and nothing else, is replaced with the server's address before a snippet runs.
 
 How each kind of snippet runs:
-- python: a program, run with the project's interpreter to completion (exit 0). A program that serves hooks (it
-  builds a `HookServer`) runs until it is stopped, so it runs together with a counterpart: once its registration
-  is listed, a turn whose model calls `exec` shows the hook's block reason as the tool error; then SIGTERM stops
-  the host (exit 0, registration gone).
-- sh: grpcurl, ghz and `general-agent` client commands run with bash from the repository root (`set -euo pipefail`). A block of `make` commands
-  (the set-up block) is checked with `make -n`: running `make test` from a test would recurse.
+- python: a program, run with the project's interpreter to completion (exit 0). One that hosts the `weather` tool
+  gets a model that calls it; one that answers approvals (ResolveApproval, `on_approval=`) one that writes a file.
+  A program that serves hooks (it builds a `HookServer`) runs until it is stopped, so it runs together with a
+  counterpart: once its registration is listed, a turn whose model calls `exec` shows the hook's block reason as
+  the tool error; then SIGTERM stops the host (exit 0, registration gone).
+- sh: grpcurl, ghz and `general-agent` client commands run with bash from the repository root (`set -euo pipefail`).
+  A block of `make` commands (the set-up block) is checked with `make -n`: running `make test` from a test would
+  recurse.
 - toml: a configuration file: the server starts with it (`--config`) and knows the auth profile it defines.
 A snippet of any other kind fails until a way to run it is added here: none is skipped silently."""
 
