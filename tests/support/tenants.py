@@ -43,8 +43,7 @@ def auth_env(tmp_path: Path, extra: str = "", **settings: str) -> dict[str, str]
     return env
 
 
-class _Metadata(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor,
-                grpc.aio.StreamStreamClientInterceptor):  # fmt: skip
+class _AddMetadata:
     """Adds fixed metadata (a token, an x-tenant) to every call of a channel."""
 
     def __init__(self, metadata: Sequence[tuple[str, str]]) -> None:
@@ -53,12 +52,19 @@ class _Metadata(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClient
     def _details(self, details: Any) -> Any:
         return details._replace(metadata=(*(details.metadata or ()), *self._metadata))
 
+
+# grpc.aio files an interceptor under its first matching kind only: one class per kind.
+class _Unary(_AddMetadata, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         return await continuation(self._details(details), request)
 
+
+class _ServerStream(_AddMetadata, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         return await continuation(self._details(details), request)
 
+
+class _Bidi(_AddMetadata, grpc.aio.StreamStreamClientInterceptor):
     async def intercept_stream_stream(self, continuation: Any, details: Any, request_iterator: Any) -> Any:
         return await continuation(self._details(details), request_iterator)
 
@@ -70,7 +76,8 @@ def metadata_for(token: str | None, tenant: str = "") -> list[tuple[str, str]]:
 
 @asynccontextmanager
 async def channel_as(address: str, token: str | None, tenant: str = "") -> AsyncIterator[grpc.aio.Channel]:
-    interceptors = [_Metadata(metadata_for(token, tenant))]
+    metadata = metadata_for(token, tenant)
+    interceptors: list[Any] = [_Unary(metadata), _ServerStream(metadata), _Bidi(metadata)]
     async with grpc.aio.insecure_channel(address, interceptors=interceptors) as channel:
         yield channel
 
