@@ -38,5 +38,9 @@ def check_trust(settings: ServerSettings) -> None:
         host, sep, port = settings.metrics_listen.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise ConfigError(f"metrics_listen: expected HOST:PORT, got {settings.metrics_listen!r}")
+    if settings.auth.enabled and settings.workspace_mode == "shared":
+        raise ConfigError(
+            "workspace_mode: shared puts every tenant's files in one directory; use per_session with auth"
+        )
     if settings.tracing not in TRACING:
         raise ConfigError(f"tracing: expected off, otlp or console, got {settings.tracing!r}")
