@@ -68,7 +68,8 @@ Bearer tokens and client certificates live in the TOML file only (never a flag).
 tenant and role and takes the token from exactly one of `token_sha256` (the hex SHA-256 of the token),
 `token_env` (an environment variable) or `token_file` (a file); once any entry exists every RPC needs
 credentials, and a non-loopback `listen` is allowed. `[tenants.<name>]` tables override the server's
-settings for one tenant. docs/security.md explains roles, `x-tenant`, mutual TLS and the limits.
+settings for one tenant. docs/security.md explains roles, `x-tenant`, TLS, mutual TLS with
+`[[auth.client_certs]]`, and the limits.
 
 ```toml
 [[auth.tokens]]
@@ -76,11 +77,6 @@ name = "billing-service"               # for logs; never the token
 tenant = "billing"
 role = "tenant"                        # or "admin": the operator, may name another tenant in x-tenant
 token_env = "BILLING_AGENT_TOKEN"      # or token_file = "/run/secrets/billing" or token_sha256 = "<64 hex>"
-
-[[auth.client_certs]]                  # needs tls_client_ca_file
-subject = "support.internal"           # the client certificate's CN or a SAN
-tenant = "support"
-role = "tenant"
 
 [tenants.billing]
 exec = true                            # tenant-role sessions get no exec/process unless enabled here
