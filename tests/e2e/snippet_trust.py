@@ -3,8 +3,9 @@
 are made here (a random token for each `token_file`, a CA made at test time for the `tls_*_file` keys) in a
 temporary folder that takes that prefix's place, and each `token_env` variable holds a random token.
 
-Then, when the snippet configures credentials, a call without them is UNAUTHENTICATED and a call with each token, and with a client certificate for
-each `subject`, is served. A `token_sha256` entry is not tried: its token is not known from the snippet."""
+Then, when the snippet configures credentials, a call without them is UNAUTHENTICATED, and a call
+with each token, and with a client certificate for each `subject`, is served. A `token_sha256` entry is not
+tried: its token is not known from the snippet."""
 
 from __future__ import annotations
 
