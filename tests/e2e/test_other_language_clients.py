@@ -1,11 +1,14 @@
 """The generated Go and TypeScript clients against a live `general-agent serve` subprocess.
 
 Each test runs the client's smoke program (create a session, stream one turn), checks what it printed
-and checks that the user's prompt reached the model unchanged.
+and checks that the user's prompt reached the model unchanged. In RunSession mode (`approve`, `hosted`)
+the program answers an approval of `write` and a hosted call made in the same model message; the
+file is written, and the model sees both results.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import subprocess
@@ -15,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from general_agent.testing import FakeAnthropicThread, TextReply
+from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
 from tests.e2e.conftest import TS_CLIENT_DIR, TSX, describe_run, require_executable, require_file
 from tests.support.subprocess_server import ServerProcess
 
@@ -85,6 +88,81 @@ def test_typescript_smoke_streams_a_turn(server_process: ServerProcess, fake_mod
 
     assert_smoke_output(result, server_process, text)
     assert_model_saw(fake_model_thread, "hello from ts")
+
+
+def enqueue_write_and_lookup(fake: FakeAnthropicThread, language: str) -> str:
+    """One model message calling `write` (needs approval) then the hosted `lookup`; then a text reply."""
+    text, reply = distinctive_reply(language)
+    write = ToolUseBlock(id="toolu_w", name="write", input={"path": "notes.txt", "content": f"{language} notes"})
+    lookup = ToolUseBlock(id="toolu_h", name="lookup", input={"q": language})
+    fake.enqueue(Reply(blocks=[write, lookup], stop_reason="tool_use"), reply)
+    return text
+
+
+def assert_answered_approval_and_hosted_call(
+    result: subprocess.CompletedProcess[str],
+    server: ServerProcess,
+    fake: FakeAnthropicThread,
+    *,
+    language: str,
+    answered_by: str,
+    expected_text: str,
+) -> None:
+    """The program printed the approval and the hosted call it answered, the run completed, the approved write
+    ran (the file exists) and the model got both results, not as errors."""
+    details = describe_run(result, server)
+    assert result.returncode == 0, details
+    lines = result.stdout.splitlines()
+    assert len(lines) == 5, details
+    match = SESSION_LINE.fullmatch(lines[0])
+    assert match is not None, details
+    session_id = match.group(1)
+    assert lines[1:] == [
+        "approval: write toolu_w Approve write?",
+        f'hosted: lookup toolu_h {{"q":"{language}"}}',
+        f"text: {expected_text}",
+        "outcome: RUN_OUTCOME_COMPLETED",
+    ], details
+    [written] = list(server.state_dir.rglob(f"{session_id}/notes.txt"))
+    assert written.read_text() == f"{language} notes"
+
+    requests = fake.wait_for_requests(2, timeout=5.0)
+    assert len(requests) == 2, [r.body for r in requests]
+    results = {block["tool_use_id"]: block for block in requests[1].messages[-1]["content"]}
+    assert set(results) == {"toolu_w", "toolu_h"}, results
+    assert not any(block.get("is_error") for block in results.values()), results
+    hosted_output = results["toolu_h"]["content"]
+    hosted_text = hosted_output if isinstance(hosted_output, str) else hosted_output[0]["text"]
+    assert json.loads(hosted_text) == {"answered_by": answered_by, "tool": "lookup", "input": {"q": language}}
+    assert fake.pending_replies == 0
+
+
+def test_go_smoke_answers_an_approval_and_a_hosted_call(
+    go_smoke_binary: Path, server_process: ServerProcess, fake_model_thread: FakeAnthropicThread
+) -> None:
+    text = enqueue_write_and_lookup(fake_model_thread, "Go")
+
+    command = [str(go_smoke_binary), "-addr", server_process.address, "-prompt", "write notes", "-mode", "coding"]
+    result = run_client([*command, "-approve", "write", "-hosted", "lookup"])
+
+    assert_answered_approval_and_hosted_call(
+        result, server_process, fake_model_thread, language="Go", answered_by="go-smoke", expected_text=text
+    )
+
+
+def test_typescript_smoke_answers_an_approval_and_a_hosted_call(
+    server_process: ServerProcess, fake_model_thread: FakeAnthropicThread
+) -> None:
+    require_executable("node")
+    tsx = require_file(TSX, "tsx (clients/ts/node_modules/.bin/tsx)")
+    text = enqueue_write_and_lookup(fake_model_thread, "TypeScript")
+
+    command = [str(tsx), "src/smoke.ts", "--addr", server_process.address, "--prompt", "write notes"]
+    result = run_client([*command, "--mode", "coding", "--approve", "write", "--hosted", "lookup"], cwd=TS_CLIENT_DIR)
+
+    assert_answered_approval_and_hosted_call(
+        result, server_process, fake_model_thread, language="TypeScript", answered_by="ts-smoke", expected_text=text
+    )
 
 
 @pytest.fixture

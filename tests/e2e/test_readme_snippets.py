@@ -15,7 +15,8 @@ How each kind of snippet runs:
 - sh: grpcurl, ghz and `general-agent` client commands run with bash from the repository root (`set -euo pipefail`).
   A block of `make` commands (the set-up block) is checked with `make -n`: running `make test` from a test would
   recurse.
-- toml: a configuration file: the server starts with it (`--config`) and knows the auth profile it defines.
+- toml: a configuration file: the server starts with it (`--config`) and knows the auth profile it defines; one
+  that configures tokens, client certificates, TLS or tenants is run by tests/e2e/snippet_trust.py.
 A snippet of any other kind fails until a way to run it is added here: none is skipped silently."""
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from general_agent.v1 import agent_service_pb2_grpc, content_pb2, hook_registrat
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from tests.e2e.conftest import REPO, describe_run
+from tests.e2e.snippet_trust import configures_trust, run_trust_toml
 from tests.support.events import last_of
 from tests.support.subprocess_server import ServerProcess, ServerProcesses
 
@@ -249,6 +251,9 @@ def run_sh(snippet: Snippet, servers: Servers) -> None:
 
 
 def run_toml(snippet: Snippet, servers: Servers) -> None:
+    if configures_trust(snippet.code):
+        run_trust_toml(snippet.code, servers.root, lambda args, env: servers.start(extra_args=args, env=env))
+        return
     config = servers.root / "config.toml"
     config.write_text(snippet.code)
     variables = set(re.findall(r'api_key_env\s*=\s*"([^"]+)"', snippet.code))

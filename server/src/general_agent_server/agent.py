@@ -45,6 +45,7 @@ from general_agent_server.sessions.service import SessionService, SessionService
 from general_agent_server.sessions.serving import ServingGate
 from general_agent_server.sessions.settings import CoreSettings
 from general_agent_server.store.port import SessionStore
+from general_agent_server.tenants.slots import RunSlots
 from general_agent_server.tools.runtime import LocalTool, ToolCatalog
 from general_agent_server.tools.subagents import SubagentTool
 from general_agent_server.workspace.checkpoints.recorder import CheckpointBounds, CheckpointRecorder
@@ -94,6 +95,7 @@ class Agent:
                 idle_timeout=settings.mcp_idle_timeout,
             )
         )
+        self.run_slots = RunSlots(max_runs=settings.max_concurrent_runs, rules=settings.tenants)
         self.cache = SessionCache(
             SessionDeps(
                 store=store,
@@ -109,6 +111,7 @@ class Agent:
                 hooks=self.hook_runner,
                 checkpoints=recorder,
                 mcp=self.mcp,
+                run_slots=self.run_slots,
             )
         )
         if memory is not None:

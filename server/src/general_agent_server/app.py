@@ -16,9 +16,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from general_agent.v1 import agent_service_pb2
 from general_agent_server.agent import Agent
+from general_agent_server.api import transport
 from general_agent_server.api.handlers import add_service
 from general_agent_server.api.hook_client import GrpcHookDialer
-from general_agent_server.api.interceptors import RequestContextInterceptor
 from general_agent_server.api.reflection import enable_server_reflection
 from general_agent_server.api.server_limits import server_limits
 from general_agent_server.api.servicer import AgentServicer
@@ -114,19 +114,7 @@ async def _start_parts(settings: ServerSettings, cleanup: contextlib.AsyncExitSt
     model = AnthropicModelClient(timeout_seconds=settings.model_request_timeout, max_retries=settings.model_max_retries)
     cleanup.push_async_callback(model.close)
     agent = build_agent(settings, store=store, model=model, hook_dialer=GrpcHookDialer())
-    server = grpc.aio.server(
-        interceptors=[RequestContextInterceptor()],
-        options=[
-            ("grpc.max_receive_message_length", settings.max_receive_message_length),
-            ("grpc.max_send_message_length", settings.max_receive_message_length),
-            ("grpc.keepalive_time_ms", 60_000),
-            ("grpc.keepalive_timeout_ms", 20_000),
-            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-            ("grpc.keepalive_permit_without_calls", 1),
-            # A second server on a port in use fails to bind instead of silently sharing its traffic.
-            ("grpc.so_reuseport", 0),
-        ],
-    )
+    server = grpc.aio.server(interceptors=transport.interceptors(settings), options=transport.server_options(settings))
     # Not the generated add_AgentServiceServicer_to_server: requests are decoded by api/decoding.py, which
     # answers undecodable or invalid requests INVALID_ARGUMENT instead of grpc's UNKNOWN.
     add_service(AgentServicer(agent, limits=server_limits(settings)), SERVICE, server)
@@ -136,7 +124,7 @@ async def _start_parts(settings: ServerSettings, cleanup: contextlib.AsyncExitSt
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     host, _, _ = settings.listen.rpartition(":")
-    port = server.add_insecure_port(settings.listen)
+    port = transport.add_port(server, settings)
     if port == 0:
         raise OSError(f"could not bind {settings.listen}")
     await server.start()

@@ -67,6 +67,7 @@ from general_agent_server.sessions.serving import ServingGate
 from general_agent_server.sessions.settings import CoreSettings
 from general_agent_server.sessions.subscribers import Subscriber
 from general_agent_server.store.port import SessionStore
+from general_agent_server.tenants.slots import RunSlot, RunSlots
 from general_agent_server.tools.runtime import ToolCatalog, ToolContext, ToolKind, ToolSet, ToolSpec
 from general_agent_server.workspace.checkpoints.recorder import CheckpointRecorder
 
@@ -92,6 +93,8 @@ class SessionDeps:
     hooks: HookRunner | None = None
     checkpoints: CheckpointRecorder | None = None
     mcp: McpServers | None = None
+    # Bounds concurrent runs per server and tenant (tenants/slots.py); None: unbounded.
+    run_slots: RunSlots | None = None
 
 
 def no_api_key(session_id: str, why: str) -> ServiceError:
@@ -126,6 +129,8 @@ class LiveSession:
         self.on_idle: Callable[[LiveSession], None] = lambda session: None
         self._queue = TurnQueue(record.session_id)
         self._toolset: tuple[object, SessionMode, object, ToolSet] | None = None
+        # The run slot the executing run holds (none while idle or suspended).
+        self._slot: RunSlot | None = None
         self._mcp_config: object = None
         # Weak: an armed deadline must not keep an evicted session alive through a reference cycle.
         ref = weakref.ref(self)
@@ -277,6 +282,7 @@ class LiveSession:
 
     def run_task_done(self, run: ActiveRun, *, suspended: bool) -> None:
         run.task = None
+        self._release_slot()
         if suspended:
             self._release_mcp()
             return
@@ -287,6 +293,19 @@ class LiveSession:
         self.ledger.retain()
         self._release_mcp()
         self.on_idle(self)
+
+    def _release_slot(self) -> None:
+        if self._slot is not None:
+            self._slot.release()
+            self._slot = None
+
+    def _resumed(self, resolution: Resolution) -> Resolution:
+        """A suspended run its host's answer continued holds a slot again (never refused: it was admitted)."""
+        run = resolution.continued
+        slots = self.deps.run_slots
+        if run is not None and run.task is not None and slots is not None and self._slot is None:
+            self._slot = slots.take(self.tenant)
+        return resolution
 
     def _release_mcp(self) -> None:
         if self.deps.mcp is not None and (servers := self.mcp) is not None:
@@ -358,11 +377,22 @@ class LiveSession:
         credential = self.require_credential()
         if self.record.state is not SessionState.IDLE or self.run is not None:
             raise self.busy_error()
-        admission = await prepare_admission(self, turn, credential, self.deps.event_log)
+        slots = self.deps.run_slots
+        # Refused before anything is written or asked (hooks); released when the run's task ends.
+        slot = slots.acquire(self.tenant) if slots is not None else None
+        try:
+            admission = await prepare_admission(self, turn, credential, self.deps.event_log)
+        except BaseException:
+            if slot is not None:
+                slot.release()
+            raise
         run = admission.run
         if self.record.stop_requested:
+            if slot is not None:
+                slot.release()
             await admission.stopped_at_start(self.ledger)
             return run
+        self._slot = slot
         # The model request goes out while the admission commits (it only reads the history it is given); the
         # driver emits nothing until `admitted` is set.
         self.run = run
@@ -374,6 +404,7 @@ class LiveSession:
             run.admission_failed = True
             run.task.cancel()
             self.run = None
+            self._release_slot()
             raise
         run.admitted.set()
         return run
@@ -395,8 +426,10 @@ class LiveSession:
             run = self.run
             last = run is not None and [r.call_id for r in run.waiting()] == [call_id]
             credential = self.require_credential() if last else None
-            return await resolve_hosted(
-                self, run, call_id, result, ResolvedBy.SUBMIT, payload=payload_hash(result), credential=credential
+            return self._resumed(
+                await resolve_hosted(
+                    self, run, call_id, result, ResolvedBy.SUBMIT, payload=payload_hash(result), credential=credential
+                )
             )
 
     async def resolve_approval(self, call_id: str, answer: ApprovalAnswer) -> Resolution:
@@ -410,7 +443,7 @@ class LiveSession:
             stays = answer.decision is not ApprovalDecision.DENY and call is not None and call.kind is CallKind.HOSTED
             last = run is not None and [r.call_id for r in run.waiting()] == [call_id] and not stays
             credential = self.require_credential() if last else None
-            return await resolve_approval(self, run, call_id, answer, credential=credential)
+            return self._resumed(await resolve_approval(self, run, call_id, answer, credential=credential))
 
     async def _expire(self, call_id: str) -> None:
         async with self._lock:
@@ -420,10 +453,12 @@ class LiveSession:
                 return
             try:
                 if call.status is CallStatus.AWAITING_APPROVAL:
-                    await resolve_approval(self, run, call_id, timeout_answer(call), credential=None)
+                    self._resumed(await resolve_approval(self, run, call_id, timeout_answer(call), credential=None))
                     return
                 result = CallResult(content=(TextPart(text="hosted tool timed out"),), is_error=True)
-                await resolve_hosted(self, run, call_id, result, ResolvedBy.TIMEOUT, payload="", credential=None)
+                self._resumed(
+                    await resolve_hosted(self, run, call_id, result, ResolvedBy.TIMEOUT, payload="", credential=None)
+                )
             except ServiceError:
                 logger.exception("could not time out tool call %s", call_id, extra={"category": "tool_result"})
 

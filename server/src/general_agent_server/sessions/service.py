@@ -49,6 +49,7 @@ from general_agent_server.sessions.paging import decode_token, encode_token, fil
 from general_agent_server.sessions.serving import ServingGate
 from general_agent_server.sessions.settings import CoreSettings
 from general_agent_server.store.port import ListCursor, SessionExistsError, SessionQuery, SessionStore, WriteBatch
+from general_agent_server.tenants.quota import check_session_quota
 from general_agent_server.tools.runtime import ToolCatalog
 from general_agent_server.workspace.checkpoints.recorder import RestoreResult
 from general_agent_server.workspace.checkpoints.service import CheckpointPage, CheckpointService
@@ -113,6 +114,7 @@ class SessionService:
         )
 
     async def insert(self, record: SessionRecord, batch: WriteBatch) -> None:
+        await check_session_quota(self._store, self.settings.tenants, record.tenant)
         try:
             await self._store.create_session(record, batch=batch)
         except SessionExistsError:

@@ -114,6 +114,11 @@ class SqliteSessionStore:
         sql, params = list_sessions_query(tenant, query, after, limit)
         return [record_from_row(tuple(r)) for r in await self._fetch_all(sql, params)]
 
+    async def count_sessions(self, tenant: str) -> int:
+        """The tenant's sessions (tenants/quota.py)."""
+        row = await self._fetch_one("SELECT COUNT(*) FROM sessions WHERE tenant=?", (tenant,))
+        return int(row[0])
+
     async def delete_session(self, tenant: str, session_id: str) -> bool:
         marker = DeleteSession()
         await self._run_operation(tenant, session_id, marker)
