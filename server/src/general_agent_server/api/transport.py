@@ -12,10 +12,11 @@ from general_agent_server.api.auth_interceptor import AuthInterceptor, open_pref
 from general_agent_server.api.interceptors import RequestContextInterceptor
 from general_agent_server.auth import Authenticator
 from general_agent_server.config import ServerSettings
+from general_agent_server.observability.port import Observer
 
 
-def interceptors(settings: ServerSettings) -> list[grpc.aio.ServerInterceptor]:
-    chain: list[grpc.aio.ServerInterceptor] = [RequestContextInterceptor()]
+def interceptors(settings: ServerSettings, observer: Observer | None = None) -> list[grpc.aio.ServerInterceptor]:
+    chain: list[grpc.aio.ServerInterceptor] = [RequestContextInterceptor(observer)]
     if settings.auth.enabled:
         opened = open_prefixes(health=settings.auth_open_health, reflection=settings.auth_open_reflection)
         chain.append(AuthInterceptor(Authenticator(settings.auth), open_prefixes=opened))

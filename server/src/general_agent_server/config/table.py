@@ -99,9 +99,11 @@ class ServerSettings(TrustSettings):
     )
     subscriber_buffer: int = setting(4096, "Events buffered per stream before SLOW_CONSUMER.")
     store_flush_interval_ms: float = setting(20.0, "Group-commit window for buffered events.")
-    replica_id: str = setting("local", "Lease owner id of this server process.")
+    replica_id: str = setting(
+        "local", "Lease owner id of this server process; replicas sharing a store need distinct ids."
+    )
     lease_ttl_seconds: float = setting(
-        60.0, "Seconds a session lease lasts unrenewed (renewed every third of it while the session is loaded)."
+        60.0, "Seconds a session lease lasts unrenewed (held while a run is active, renewed every third of it)."
     )
     max_history_page_bytes: int = setting(4 * MIB, "Bytes of transcript entries one GetSessionHistory page carries.")
     max_idle_sessions: int = setting(1000, "Idle sessions kept loaded in memory (least recently used evicted first).")

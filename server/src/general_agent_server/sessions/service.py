@@ -178,7 +178,11 @@ class SessionService:
     async def get_session(self, ctx: CallContext, session_id: str) -> SessionView:
         check_session_id(session_id)
         loaded = self._cache.peek(ctx.tenant, session_id)
-        record = loaded.record if loaded is not None else await self._store.get_session(ctx.tenant, session_id)
+        # Another replica may have changed a copy whose run does not execute here: the store has the truth.
+        local = loaded is not None and loaded.owns_run
+        record = (
+            loaded.record if loaded is not None and local else await self._store.get_session(ctx.tenant, session_id)
+        )
         if record is None:
             raise session_not_found(session_id)
         return self.view(record)
