@@ -10,7 +10,7 @@ import pytest
 
 from general_agent.sync import AgentClient
 from general_agent.testing import FakeAnthropicThread, HangReply, Reply, TextReply, ToolUseBlock
-from general_agent.v1 import hosted_tool_pb2
+from general_agent.v1 import hosted_tool_pb2, session_pb2
 from tests.e2e.test_readme_snippets import client_env
 from tests.support.pty_session import PtySession
 from tests.support.subprocess_server import ServerProcess
@@ -73,14 +73,14 @@ def test_a_chat_answers_a_hosted_call_and_an_approval_from_typed_input(
         assert list(client.get_session(sid).approved_tools) == ["write"]
 
 
-def test_ctrl_c_cancels_the_run_and_a_second_ctrl_c_exits(
+def test_ctrl_c_cancels_the_run_and_a_second_ctrl_c_exits_and_model_picks_the_model(
     chat: list[PtySession], server_process: ServerProcess, fake_model_thread: FakeAnthropicThread
 ) -> None:
     hang = HangReply(after_events=4, reply=TextReply("partial rest", chunks=["partial ", "rest"]))
     fake_model_thread.enqueue(hang)
 
-    term = start_chat(chat, server_process.address)
-    sid = term.expect(r"session (\S+)")[1]
+    term = start_chat(chat, server_process.address, "--model", "anthropic/claude-haiku-4-5")
+    sid = term.expect(r"session (\S+) · model anthropic/claude-haiku-4-5")[1]
     term.expect(r"you> ")
     term.send("a long task\n")
     term.expect(r"partial ")
@@ -92,7 +92,8 @@ def test_ctrl_c_cancels_the_run_and_a_second_ctrl_c_exits(
         [finished] = [e for e in client.history(sid) if e.WhichOneof("entry") == "assistant"]
     hang.release()
 
-    assert session.state == session.state.__class__(1)  # SESSION_STATE_IDLE: the run was cancelled on the server
+    assert session.state == session_pb2.SESSION_STATE_IDLE  # the run was cancelled on the server
     assert finished.assistant.aborted
+    assert fake_model_thread.requests[0].body["model"] == "claude-haiku-4-5"  # --model, its prefix stripped
     term.send("\x03")
     assert term.wait() == 130, term.text

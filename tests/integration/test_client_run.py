@@ -20,6 +20,7 @@ from general_agent import (
     Event,
     HostedToolCall,
     RunFinished,
+    RunStarted,
     ToolError,
     ToolResult,
 )
@@ -89,6 +90,7 @@ async def test_a_hosted_tool_from_type_hints_is_declared_and_answered(
     assert [r["content"] for r in tool_results(fake_model)] == ["sunny in Paris for 1 day(s)"]
     sequences = [event.sequence for event in result.events]
     assert sequences == sorted(set(sequences))
+    assert isinstance(result.events[0], RunStarted)  # whether the turn's command_result comes before it or not
     assert [type(e).__name__ for e in result.events if isinstance(e, HostedToolCall | ToolResult)] == [
         "HostedToolCall",
         "ToolResult",

@@ -1,17 +1,25 @@
 """The client's channel against a stand-in AgentService on port 0: the bearer token and request ids in the
-metadata, gRPC's own retries (service config) for idempotent calls only, and the default deadline."""
+metadata, gRPC's own retries (service config) for idempotent calls only; and the token against a real server
+that requires one (the client and the CLI's GENERAL_AGENT_TOKEN)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
-from general_agent import AgentClient, AgentError
+from general_agent import AgentClient, AgentError, Unauthenticated
 from general_agent.v1 import session_messages_pb2, session_pb2, turn_pb2
+from tests.conftest import ServerFactory
 
 
 @dataclass
@@ -114,3 +122,35 @@ async def test_tls_to_a_plaintext_server_fails_as_unavailable(stand_in: tuple[St
         await AgentClient.connect(address, tls=True, connect_timeout=1.0)
 
     assert failed.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_the_token_authenticates_against_a_server_with_tokens(
+    server_factory: ServerFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = "py-client-token-0123456789"
+    monkeypatch.setenv("PY_CLIENT_TEST_TOKEN", token)
+    config = tmp_path / "auth.toml"
+    config.write_text(
+        '[[auth.tokens]]\nname = "host"\ntenant = "t1"\nrole = "tenant"\ntoken_env = "PY_CLIENT_TEST_TOKEN"\n'
+    )
+    server = await server_factory({"GENERAL_AGENT_CONFIG": str(config), "PY_CLIENT_TEST_TOKEN": token})
+
+    async with await AgentClient.connect(server.address, token=token) as client:
+        created = await client.create_session()
+    async with await AgentClient.connect(server.address) as anonymous:
+        with pytest.raises(Unauthenticated) as refused:
+            await anonymous.get_session(created.identity.session_id)
+    listed = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "general_agent_server", "sessions", "list", "--json", "--address", server.address],
+        env={**os.environ, "GENERAL_AGENT_TOKEN": token},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert created.tenant == "t1"
+    assert refused.value.reason == "UNAUTHENTICATED"
+    assert listed.returncode == 0, listed.stderr
+    assert [s["identity"]["session_id"] for s in json.loads(listed.stdout)] == [created.identity.session_id]

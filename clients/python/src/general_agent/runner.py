@@ -254,7 +254,7 @@ class Run:
         if not self._run_id:
             if isinstance(event, RunStarted) and event.request_id == self._request_id:
                 self._run_id = event.run_id
-                return self._flush()
+                return [*self._flush(), *self._accept(event)]
             self._buffer.append(event)
             return []
         return self._accept(event) if event.run_id == self._run_id else []
