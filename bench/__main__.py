@@ -1,9 +1,9 @@
 """`python -m bench [NAME ...] [--quick]`: run the registered benchmarks (all by default).
 
-Each benchmark is an async function taking a `BenchContext` and returning a result dict (see
-`bench.common.print_report`); add one by writing a module and registering it in `BENCHMARKS`. Every
-benchmark runs in a fresh event loop. The exit code is 0 whatever the verdicts (benchmarks report, they
-do not fail CI) and 1 if any benchmark raised.
+Each benchmark is an async function taking a `BenchContext` and returning a result dict whose `rows` are
+measures of the summary table (bench.harness.row); every benchmark runs in a fresh event loop. One table
+of every row is printed at the end and written with all results to `bench/results/summary.json`. The exit
+code is 0 whatever the verdicts (benchmarks report, they do not fail CI) and 1 if any benchmark raised.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import sys
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
-from bench import deltas_1000, tool_round, ttfd
+from bench import capacity, resume, turns
 from bench.common import BenchFn, make_context, pin_self, plan_cpus, print_report, write_result
+from bench.report import print_table, write_summary
 
 
 @dataclass(frozen=True)
@@ -28,9 +29,13 @@ class Benchmark:
 
 
 BENCHMARKS: Final[dict[str, Benchmark]] = {
-    ttfd.NAME: Benchmark(ttfd.run, ttfd.TITLE),
-    tool_round.NAME: Benchmark(tool_round.run, tool_round.TITLE),
-    deltas_1000.NAME: Benchmark(deltas_1000.run, deltas_1000.TITLE),
+    "turn_fresh": Benchmark(turns.turn_fresh, "ttfd and text turn on a fresh session; server CPU per turn"),
+    "turn_history": Benchmark(turns.turn_history, "text turns on one session growing to 200 messages"),
+    "tool_round": Benchmark(turns.tool_round, "one local tool round (glob)"),
+    "deltas_1000": Benchmark(turns.deltas_1000, "a 1,000-delta turn"),
+    "concurrency": Benchmark(capacity.concurrency, "turns/s at 50 and 200 concurrent sessions; loop lag p99"),
+    "resume": Benchmark(resume.resume, "first and second turn on a 10,000-message session after a restart"),
+    "memory": Benchmark(capacity.memory, "RSS per idle loaded session (1,000) and per open watch stream"),
 }
 
 
@@ -43,14 +48,13 @@ def _interrupt_on_sigterm(signum: int, frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Benchmarks of the service against a bare anthropic SDK baseline. "
-        "Iterations: 300 by default (tool_round 100, deltas_1000 50), BENCH_ITERATIONS to override, "
-        "30 with --quick (tool_round 20, deltas_1000 10); warm-ups: 30 (tool_round 20, deltas_1000 10; "
-        "fewer with --quick), BENCH_WARMUP to override.",
+        description="Benchmarks of the service against the bare anthropic SDK sending the identical request, "
+        "on a fast fake model. BENCH_ITERATIONS / BENCH_WARMUP override the per-benchmark counts.",
     )
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"benchmarks to run: {', '.join(BENCHMARKS)}")
-    parser.add_argument("--quick", action="store_true", help="short smoke run (fewer iterations and warm-ups)")
+    parser.add_argument("--quick", action="store_true", help="short smoke run (few iterations)")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    parser.add_argument("--details", action="store_true", help="print every benchmark's full report too")
     args = parser.parse_args(argv)
 
     if args.list:
@@ -69,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ctx = make_context(quick=args.quick, cpus=cpus)
 
     failed: list[str] = []
+    results: list[dict[str, Any]] = []
     for name in names:
         try:
             result = asyncio.run(BENCHMARKS[name].run(ctx))
@@ -80,9 +85,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"benchmark {name} FAILED:", file=sys.stderr)
             traceback.print_exc()
             continue
-        print_report(result)
-        path = write_result(result)
-        print(f"results written to {path}")
+        results.append(result)
+        if args.details:
+            print_report(result)
+        write_result(result)
+    print_table(results, cpus.describe(), quick=args.quick)
+    path = write_summary(results, failed, quick=args.quick)
+    print(f"results written to {path}")
     if failed:
         print(f"errors in: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -14,6 +14,9 @@ from general_agent.testing import FakeAnthropic
 from general_agent.v1 import agent_service_pb2_grpc
 from general_agent_server.app import RunningServer, start_server
 from general_agent_server.config import load_settings
+from tests.support.postgres import postgres_url  # the throwaway PostgreSQL cluster's fixture
+
+__all__ = ["postgres_url"]
 
 TEST_API_KEY = "sk-ant-test-key-0123456789"
 

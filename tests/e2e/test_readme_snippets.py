@@ -7,13 +7,16 @@ instead (a fixed port would collide with a developer's own `make run` and with p
 string, and nothing else, is replaced with the server's address before a snippet runs.
 
 How each kind of snippet runs:
-- python: a program, run with the project's interpreter to completion (exit 0). A program that serves hooks (it
-  builds a `HookServer`) runs until it is stopped, so it runs together with a counterpart: once its registration
-  is listed, a turn whose model calls `exec` shows the hook's block reason as the tool error; then SIGTERM stops
-  the host (exit 0, registration gone).
-- sh: grpcurl and ghz commands run with bash from the repository root (`set -euo pipefail`). A block of `make` commands
-  (the set-up block) is checked with `make -n`: running `make test` from a test would recurse.
-- toml: a configuration file: the server starts with it (`--config`) and knows the auth profile it defines.
+- python: a program, run with the project's interpreter to completion (exit 0). One that hosts the `weather` tool
+  gets a model that calls it; one that answers approvals (ResolveApproval, `on_approval=`) one that writes a file.
+  A program that serves hooks (it builds a `HookServer`) runs until it is stopped, so it runs together with a
+  counterpart: once its registration is listed, a turn whose model calls `exec` shows the hook's block reason as
+  the tool error; then SIGTERM stops the host (exit 0, registration gone).
+- sh: grpcurl, ghz and `general-agent` client commands run with bash from the repository root (`set -euo pipefail`).
+  A block of `make` commands (the set-up block) is checked with `make -n`: running `make test` from a test would
+  recurse.
+- toml: a configuration file: the server starts with it (`--config`) and knows the auth profile it defines; one
+  that configures tokens, client certificates, TLS or tenants is run by tests/e2e/snippet_trust.py.
 - go: a `package main` program, written to a scratch directory inside the clients/go module (where
   clients/go/examples/ programs live) and run with `go run`; ts: a program written to a scratch directory inside
   clients/ts (beside examples/) and run with tsx. Both exit 0; one that answers approvals (`OnApproval` /
@@ -44,6 +47,7 @@ from general_agent.v1 import agent_service_pb2_grpc, content_pb2, hook_registrat
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from tests.e2e.conftest import GO_CLIENT_DIR, REPO, TS_CLIENT_DIR, TSX, describe_run
+from tests.e2e.snippet_trust import configures_trust, run_trust_toml
 from tests.support.events import last_of
 from tests.support.subprocess_server import ServerProcess, ServerProcesses
 
@@ -129,17 +133,25 @@ def run_python_program(snippet: Snippet, servers: Servers) -> None:
     server = servers.start()
     program = servers.root / "snippet.py"
     program.write_text(snippet.against(server.address))
-    if "ResolveApproval" in snippet.code:  # the model writes a file; the program approves it
+    approves = "ResolveApproval" in snippet.code or "on_approval=" in snippet.code
+    if approves:  # the model writes a file; the program approves it
         write = ToolUseBlock(id="toolu_w", name="write", input={"path": "notes.txt", "content": "notes"})
         servers.fake.enqueue(Reply(blocks=[write], stop_reason="tool_use"), TextReply("written"))
+    hosts_weather = '@client.hosted_tool("weather")' in snippet.code
+    if hosts_weather:  # the model calls the program's hosted tool, then answers
+        weather = ToolUseBlock(id="toolu_h", name="weather", input={"city": "Paris"})
+        servers.fake.enqueue(Reply(blocks=[weather], stop_reason="tool_use"), TextReply("sunny"))
 
     # Run where a reader runs them: in the repository.
     result = run([sys.executable, str(program)], cwd=REPO, server=server)
 
     if "stream_turn" in snippet.code:
         assert result.stdout == "ok\n", describe_run(result, server)  # the fake model's reply, then a newline
-    if "ResolveApproval" in snippet.code:
+    if approves:
         assert result.stdout == "Approve write?\nwritten\n", describe_run(result, server)
+    if hosts_weather:
+        assert result.stdout == "sunny\n", describe_run(result, server)
+        assert "Paris" in str(servers.fake.requests[-1].body["messages"][-1]["content"]), server.log()
     if "GetMcpStatus" in snippet.code:
         assert result.stdout.startswith("MCP_SERVER_STATE_READY "), describe_run(result, server)
 
@@ -233,7 +245,8 @@ def run_sh(snippet: Snippet, servers: Servers) -> None:
             if line.split()[1:2] == ["run"]:
                 assert ".venv/bin/general-agent serve" in dry_run.stdout, dry_run.stdout  # how the server starts here
         return
-    assert all(line.startswith((".bin/grpcurl ", ".bin/ghz ")) for line in lines), f"{snippet.name}: cannot run {lines}"
+    runnable = (".bin/grpcurl ", ".bin/ghz ", ".venv/bin/general-agent ")
+    assert all(line.startswith(runnable) for line in lines), f"{snippet.name}: cannot run {lines}"
     server = servers.start()
 
     result = run(["bash", "-euo", "pipefail", "-c", snippet.against(server.address)], cwd=REPO, server=server)
@@ -245,6 +258,9 @@ def run_sh(snippet: Snippet, servers: Servers) -> None:
 
 
 def run_toml(snippet: Snippet, servers: Servers) -> None:
+    if configures_trust(snippet.code):
+        run_trust_toml(snippet.code, servers.root, lambda args, env: servers.start(extra_args=args, env=env))
+        return
     config = servers.root / "config.toml"
     config.write_text(snippet.code)
     variables = set(re.findall(r'api_key_env\s*=\s*"([^"]+)"', snippet.code))

@@ -52,9 +52,10 @@ EXPECTED: dict[str, tuple[str, str, float]] = {
     "max_session_key_chars": ("max_session_key_chars", "77", 77),
     "max_hook_registrations": ("max_hook_registrations", "6", 6),
     "max_hook_tls_pem_bytes": ("max_hook_tls_pem_bytes", "8008", 8008),
+    "max_concurrent_runs": ("max_concurrent_runs", "5", 5),
 }
 # Limits the server does not enforce: reported as 0, and no setting of that name exists yet.
-NOT_ENFORCED = {"max_concurrent_runs"}
+NOT_ENFORCED: set[str] = set()
 
 
 def _reported(limits: server_info_api.ServerLimits, name: str) -> float:

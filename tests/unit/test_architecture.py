@@ -11,7 +11,8 @@ import general_agent_server
 
 PACKAGE = Path(general_agent_server.__file__).parent
 NAME = "general_agent_server"
-TRANSPORT = ("api", "app", "cli")
+# console: the client commands (general-agent sessions ..., chat), a gRPC client of a running server like any host.
+TRANSPORT = ("api", "app", "cli", "console")
 WIRE_MODULES = ("grpc", "google.protobuf", "google.rpc", "grpc_health", "grpc_reflection", "general_agent.v1")
 
 

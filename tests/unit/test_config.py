@@ -171,11 +171,21 @@ def test_every_toml_example_of_the_configuration_page_loads(tmp_path: Path) -> N
     assert len(blocks) >= 1
     config = tmp_path / "config.toml"
     config.write_text("\n".join(blocks))
-    settings = load_settings(
-        None, {"GENERAL_AGENT_CONFIG": str(config), "TEAM_A_ANTHROPIC_KEY": "sk-team-a-0123456789"}
-    )
+    pem = {name: tmp_path / f"{name}.pem" for name in ("cert", "key", "ca")}
+    for path in pem.values():
+        path.write_text("-----BEGIN CERTIFICATE-----\n")  # only their existence is checked at load
+    environ = {
+        "GENERAL_AGENT_CONFIG": str(config),
+        "TEAM_A_ANTHROPIC_KEY": "sk-team-a-0123456789",
+        "BILLING_AGENT_TOKEN": "billing-token-0123456789",
+        **{f"GENERAL_AGENT_TLS_{name.upper()}_FILE": str(path) for name, path in pem.items()},
+    }
+    environ["GENERAL_AGENT_TLS_CLIENT_CA_FILE"] = environ.pop("GENERAL_AGENT_TLS_CA_FILE")
+    settings = load_settings(None, environ)
     assert settings.auth_profiles["team-a"].allowed_tenants == frozenset({"team-a"})
     assert [t.name for t in settings.hosted_tools] == ["lookup_order"]
+    assert [(t.name, t.tenant) for t in settings.auth.tokens] == [("billing-service", "billing")]
+    assert settings.tenants["billing"].exec is True
 
 
 def test_every_setting_reaches_the_core_under_its_own_name() -> None:

@@ -33,7 +33,7 @@ from general_agent_server.model.port import ModelClient
 from general_agent_server.runs.attachment import Attachment
 from general_agent_server.runs.commands import Attach
 from general_agent_server.runs.control import RunControl
-from general_agent_server.runs.recovery import recover_interrupted_runs
+from general_agent_server.runs.recovery import repair_abandoned_runs
 from general_agent_server.runs.streams import EventStreams
 from general_agent_server.sessions.cache import SessionCache
 from general_agent_server.sessions.children import ChildSessions
@@ -41,10 +41,12 @@ from general_agent_server.sessions.fork import ForkDeps, Forks
 from general_agent_server.sessions.idempotency import IdempotencyKeys
 from general_agent_server.sessions.live import SessionDeps
 from general_agent_server.sessions.mcp_service import McpService
+from general_agent_server.sessions.ownership import Ownership
 from general_agent_server.sessions.service import SessionService, SessionServiceDeps
 from general_agent_server.sessions.serving import ServingGate
 from general_agent_server.sessions.settings import CoreSettings
 from general_agent_server.store.port import SessionStore
+from general_agent_server.tenants.slots import RunSlots
 from general_agent_server.tools.runtime import LocalTool, ToolCatalog
 from general_agent_server.tools.subagents import SubagentTool
 from general_agent_server.workspace.checkpoints.recorder import CheckpointBounds, CheckpointRecorder
@@ -94,6 +96,7 @@ class Agent:
                 idle_timeout=settings.mcp_idle_timeout,
             )
         )
+        self.run_slots = RunSlots(max_runs=settings.max_concurrent_runs, rules=settings.tenants)
         self.cache = SessionCache(
             SessionDeps(
                 store=store,
@@ -104,11 +107,13 @@ class Agent:
                 credentials=credentials,
                 keys=keys,
                 gate=self.gate,
+                ownership=Ownership(store, settings),
                 global_hosted_tools=global_hosted_tools,
                 event_log=event_log,
                 hooks=self.hook_runner,
                 checkpoints=recorder,
                 mcp=self.mcp,
+                run_slots=self.run_slots,
             )
         )
         if memory is not None:
@@ -190,13 +195,20 @@ class Agent:
 
     # ------------------------------------------------------------------ life cycle
     async def start(self) -> None:
-        """Start-up recovery: runs interrupted by a crash are marked FAILED/INTERRUPTED; suspended sessions come
-        back into memory so their hosted deadlines are armed (expired ones fire)."""
+        """Start-up recovery: runs interrupted by a crash are marked FAILED/INTERRUPTED (those whose lease this
+        replica can take: another replica's live runs are left alone); suspended sessions come back into memory so
+        their hosted deadlines are armed (expired ones fire). No session can fail the start."""
         self.exporter.start()
         self.cache.start()
         if self.event_log is not None:
             self.event_log.start()
-        recovered = await recover_interrupted_runs(self.store, sequence_block=self.settings.sequence_block)
+        settings = self.settings
+        recovered = await repair_abandoned_runs(
+            self.store,
+            owner=settings.replica_id,
+            ttl_seconds=settings.lease_ttl_seconds,
+            sequence_block=settings.sequence_block,
+        )
         if recovered:
             logger.info("marked %d interrupted run(s) as FAILED/INTERRUPTED", recovered, extra={"category": "system"})
         self.plugins = load_plugins(
@@ -205,9 +217,14 @@ class Agent:
         await self.hooks.load()
         if self.memory is not None:
             await self.memory.start()  # what the outbox kept from before a restart is sent now
-        for call in await self.store.list_waiting_calls():
-            async with self.cache.use(call.tenant, call.session_id):
-                pass
+        for tenant, session_id in dict.fromkeys(
+            (c.tenant, c.session_id) for c in await self.store.list_waiting_calls()
+        ):
+            try:
+                async with self.cache.use(tenant, session_id):
+                    pass
+            except Exception:
+                logger.exception("could not load suspended session %s", session_id, extra={"category": "system"})
 
     async def shutdown(self, grace_seconds: float) -> None:
         """New turns are refused; running runs get the grace, then stop as FAILED/INTERRUPTED; watch streams end

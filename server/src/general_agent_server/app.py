@@ -8,7 +8,7 @@ import json
 import logging
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -16,9 +16,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from general_agent.v1 import agent_service_pb2
 from general_agent_server.agent import Agent
+from general_agent_server.api import transport
 from general_agent_server.api.handlers import add_service
 from general_agent_server.api.hook_client import GrpcHookDialer
-from general_agent_server.api.interceptors import RequestContextInterceptor
 from general_agent_server.api.reflection import enable_server_reflection
 from general_agent_server.api.server_limits import server_limits
 from general_agent_server.api.servicer import AgentServicer
@@ -31,6 +31,9 @@ from general_agent_server.memory.setup import build_memory
 from general_agent_server.model.anthropic import AnthropicModelClient
 from general_agent_server.model.credentials import CredentialResolver
 from general_agent_server.model.port import ModelClient
+from general_agent_server.observability.metered_model import MeteredModelClient
+from general_agent_server.observability.port import Observer
+from general_agent_server.observability.setup import Observability, start_observability
 from general_agent_server.store.port import SessionStore
 from general_agent_server.store.sqlite import DB_FILE_NAME, SqliteSessionStore
 from general_agent_server.tools.catalog import builtin_catalog
@@ -52,6 +55,13 @@ class RunningServer:
     model: AnthropicModelClient
     health: health.aio.HealthServicer
     settings: ServerSettings
+    observability: Observability = field(default_factory=Observability)
+
+    @property
+    def metrics_address(self) -> str:
+        """HOST:PORT of /metrics (empty without metrics_listen)."""
+        server = self.observability.metrics_server
+        return server.address if server is not None else ""
 
     async def stop(self, grace: float | None = None) -> None:
         grace = self.settings.shutdown_grace if grace is None else grace
@@ -60,6 +70,8 @@ class RunningServer:
         await self.server.stop(min(grace, 2.0))
         await self.store.close()
         await self.model.close()
+        # Off the loop: the trace exporter's last flush may need a collector served by this loop (tests).
+        await asyncio.to_thread(self.observability.stop)
         logger.info("server stopped", extra={"category": "system"})
 
 
@@ -113,19 +125,20 @@ async def _start_parts(settings: ServerSettings, cleanup: contextlib.AsyncExitSt
     cleanup.push_async_callback(store.close)
     model = AnthropicModelClient(timeout_seconds=settings.model_request_timeout, max_retries=settings.model_max_retries)
     cleanup.push_async_callback(model.close)
-    agent = build_agent(settings, store=store, model=model, hook_dialer=GrpcHookDialer())
+    observability = start_observability(settings)
+    cleanup.callback(observability.stop)
+    observer = observability.observer
+    agent = build_agent(
+        settings,
+        store=store,
+        model=model if observer is None else MeteredModelClient(model, observer),
+        hook_dialer=GrpcHookDialer(interceptors=observability.client_interceptors()),
+    )
+    if observer is not None:
+        _observe(agent, store, observer, observability)
     server = grpc.aio.server(
-        interceptors=[RequestContextInterceptor()],
-        options=[
-            ("grpc.max_receive_message_length", settings.max_receive_message_length),
-            ("grpc.max_send_message_length", settings.max_receive_message_length),
-            ("grpc.keepalive_time_ms", 60_000),
-            ("grpc.keepalive_timeout_ms", 20_000),
-            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-            ("grpc.keepalive_permit_without_calls", 1),
-            # A second server on a port in use fails to bind instead of silently sharing its traffic.
-            ("grpc.so_reuseport", 0),
-        ],
+        interceptors=[*observability.server_interceptors(), *transport.interceptors(settings, observer)],
+        options=transport.server_options(settings),
     )
     # Not the generated add_AgentServiceServicer_to_server: requests are decoded by api/decoding.py, which
     # answers undecodable or invalid requests INVALID_ARGUMENT instead of grpc's UNKNOWN.
@@ -136,7 +149,7 @@ async def _start_parts(settings: ServerSettings, cleanup: contextlib.AsyncExitSt
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     host, _, _ = settings.listen.rpartition(":")
-    port = server.add_insecure_port(settings.listen)
+    port = transport.add_port(server, settings)
     if port == 0:
         raise OSError(f"could not bind {settings.listen}")
     await server.start()
@@ -157,7 +170,19 @@ async def _start_parts(settings: ServerSettings, cleanup: contextlib.AsyncExitSt
         model=model,
         health=health_servicer,
         settings=settings,
+        observability=observability,
     )
+
+
+def _observe(agent: Agent, store: SqliteSessionStore, observer: Observer, observability: Observability) -> None:
+    """The parts that report to the observer (observability/port.py), and the gauges read when scraped."""
+    agent.hook_runner.observer = observer
+    store.observe(observer)
+    if observability.metrics is not None:
+        observability.metrics.watch(
+            active_runs=lambda: agent.run_slots.active,
+            queued_turns=lambda: sum(s.queued_turns for s in agent.cache.loaded()),
+        )
 
 
 def write_ready_file(path: str, address: str) -> None:

@@ -1,4 +1,5 @@
-"""`general-agent serve`, `general-agent settings` and `general-agent memory` (docs/memory.md)."""
+"""`general-agent serve`, `settings`, `memory` (docs/memory.md) and the client commands `sessions`, `hooks`,
+`checkpoints`, `usage` and `chat` (docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from general_agent_server import __version__
+from general_agent_server import __version__, console
 from general_agent_server.config import ConfigError, add_flags, load_settings, settings_table_markdown
 from general_agent_server.config.docs import configuration_page
 from general_agent_server.hardening import harden_process
@@ -28,7 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     memory_parser = commands.add_parser("memory", help="List, search or delete one user's memories.")
     add_memory_arguments(memory_parser)
+    console.add_arguments(commands)
     args = parser.parse_args(argv)
+    if args.command in console.COMMANDS:
+        return console.run(args)
     if args.command == "memory":
         return _memory(args)
     if args.command == "settings":

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
+from general_agent_server.api.auth_interceptor import current_caller
 from general_agent_server.api.interceptors import current_request_id
 from general_agent_server.security.redaction import redact_text, scrub
 from general_agent_server.sessions.session_log import run_ids
@@ -47,6 +48,10 @@ class JsonFormatter(logging.Formatter):
         request_id = current_request_id()
         if request_id:
             line["request_id"] = request_id
+        caller = current_caller()
+        if caller.principal:  # an authenticated call: its tenant, and which token or certificate (never the token)
+            line.setdefault("tenant", caller.tenant)
+            line["principal"] = caller.principal
         if record.exc_info:
             line["exception"] = scrub(self.formatException(record.exc_info), self._secrets)
         return redact_text(json.dumps(line, ensure_ascii=False))  # every field, not only the message

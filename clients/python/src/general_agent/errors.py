@@ -22,10 +22,26 @@ __all__ = [
     "DOMAIN",
     "STATUS_DETAILS_KEY",
     "AgentError",
+    "ApprovalPending",
+    "CheckpointNotFound",
+    "EventsExpired",
+    "IdentityMismatch",
+    "InvalidHook",
+    "InvalidPageToken",
+    "McpServerNotFound",
     "NoApiKey",
+    "PermissionDenied",
+    "RequestIdReused",
+    "ResourceLimit",
     "SessionAlreadyExists",
     "SessionBusy",
     "SessionNotFound",
+    "ShuttingDown",
+    "SlowConsumer",
+    "ToolCallAlreadyResolved",
+    "Unauthenticated",
+    "UnknownToolCall",
+    "error_class",
 ]
 
 DOMAIN = "general-agent"
@@ -158,16 +174,105 @@ class NoApiKey(AgentError):
     """FAILED_PRECONDITION ``NO_API_KEY``: no credential resolves for the session; nothing was written."""
 
 
+class IdentityMismatch(AgentError):
+    """FAILED_PRECONDITION ``IDENTITY_MISMATCH``: ContinueSession changed the mode while a run is active."""
+
+
+class UnknownToolCall(AgentError):
+    """NOT_FOUND ``UNKNOWN_TOOL_CALL``: no pending hosted call or approval with that id in the session."""
+
+
+class ToolCallAlreadyResolved(AgentError):
+    """FAILED_PRECONDITION ``TOOL_CALL_ALREADY_RESOLVED``: the call was answered differently (metadata
+    ``resolved_by``); an identical retry is not an error."""
+
+
+class ApprovalPending(AgentError):
+    """FAILED_PRECONDITION ``APPROVAL_PENDING``: a hosted result for a call still awaiting approval."""
+
+
+class CheckpointNotFound(AgentError):
+    """NOT_FOUND ``CHECKPOINT_NOT_FOUND``: no such checkpoint in the session."""
+
+
+class McpServerNotFound(AgentError):
+    """NOT_FOUND ``MCP_SERVER_NOT_FOUND``: the session has no MCP server of that name."""
+
+
+class InvalidHook(AgentError):
+    """INVALID_ARGUMENT ``INVALID_HOOK``: a hook registration or EmitHook name the server refuses."""
+
+
+class RequestIdReused(AgentError):
+    """INVALID_ARGUMENT ``REQUEST_ID_REUSED``: a request_id replayed with a different body."""
+
+
+class InvalidPageToken(AgentError):
+    """INVALID_ARGUMENT ``INVALID_PAGE_TOKEN``: a page token used with other filters, or not ours."""
+
+
+class EventsExpired(AgentError):
+    """OUT_OF_RANGE ``EVENTS_EXPIRED``: a cursor older than the event retention (metadata
+    ``oldest_sequence``)."""
+
+
+class SlowConsumer(AgentError):
+    """RESOURCE_EXHAUSTED ``SLOW_CONSUMER``: this stream fell too far behind and was ended."""
+
+
+class ResourceLimit(AgentError):
+    """RESOURCE_EXHAUSTED ``RESOURCE_LIMIT``: a server or tenant limit (``retry_delay`` says when to retry)."""
+
+
+class ShuttingDown(AgentError):
+    """UNAVAILABLE ``SHUTTING_DOWN``: the server is stopping; retry on another replica or later."""
+
+
+class Unauthenticated(AgentError):
+    """UNAUTHENTICATED: no or an unknown bearer token."""
+
+
+class PermissionDenied(AgentError):
+    """PERMISSION_DENIED: the token's role may not do this."""
+
+
 _BY_REASON: dict[str, type[AgentError]] = {
     "SESSION_NOT_FOUND": SessionNotFound,
     "SESSION_ALREADY_EXISTS": SessionAlreadyExists,
     "SESSION_BUSY": SessionBusy,
     "NO_API_KEY": NoApiKey,
+    "IDENTITY_MISMATCH": IdentityMismatch,
+    "UNKNOWN_TOOL_CALL": UnknownToolCall,
+    "TOOL_CALL_ALREADY_RESOLVED": ToolCallAlreadyResolved,
+    "APPROVAL_PENDING": ApprovalPending,
+    "CHECKPOINT_NOT_FOUND": CheckpointNotFound,
+    "MCP_SERVER_NOT_FOUND": McpServerNotFound,
+    "INVALID_HOOK": InvalidHook,
+    "REQUEST_ID_REUSED": RequestIdReused,
+    "INVALID_PAGE_TOKEN": InvalidPageToken,
+    "EVENTS_EXPIRED": EventsExpired,
+    "SLOW_CONSUMER": SlowConsumer,
+    "RESOURCE_LIMIT": ResourceLimit,
+    "SHUTTING_DOWN": ShuttingDown,
+    "UNAUTHENTICATED": Unauthenticated,
+    "PERMISSION_DENIED": PermissionDenied,
+}
+_BY_CODE: dict[grpc.StatusCode, type[AgentError]] = {
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
 }
 
 
+def error_class(reason: str, code: grpc.StatusCode | None = None) -> type[AgentError]:
+    """The subclass for an ErrorInfo reason (or, without one, for the code), else :class:`AgentError`."""
+    found = _BY_REASON.get(reason)
+    if found is None and code is not None:
+        found = _BY_CODE.get(code)
+    return found or AgentError
+
+
 def _make(code: grpc.StatusCode, message: str, **kwargs: Any) -> AgentError:
-    error_type = _BY_REASON.get(str(kwargs.get("reason", "")), AgentError)
+    error_type = error_class(str(kwargs.get("reason", "")), code)
     return error_type(code, message, **kwargs)
 
 

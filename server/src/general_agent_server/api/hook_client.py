@@ -4,6 +4,7 @@ hook_service.proto, built from and read back into the camelCase JSON the runner 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -34,27 +35,29 @@ def rpc_name(hook: str) -> str:
     return "".join(part.capitalize() for part in hook.split("_"))
 
 
-def _open_channel(target: str, tls: HookTlsSpec | None) -> grpc.aio.Channel:
+def _open_channel(target: str, tls: HookTlsSpec | None, interceptors: Sequence[Any]) -> grpc.aio.Channel:
     if tls is None:
-        return grpc.aio.insecure_channel(target)
+        return grpc.aio.insecure_channel(target, interceptors=interceptors or None)
     credentials = grpc.ssl_channel_credentials(
         root_certificates=tls.ca_cert_pem.encode() or None,
         private_key=tls.client_key_pem.encode() or None,
         certificate_chain=tls.client_cert_pem.encode() or None,
     )
     options = [("grpc.ssl_target_name_override", tls.server_name_override)] if tls.server_name_override else []
-    return grpc.aio.secure_channel(target, credentials, options=options)
+    return grpc.aio.secure_channel(target, credentials, options=options, interceptors=interceptors or None)
 
 
 class GrpcHookDialer:
-    def __init__(self) -> None:
+    def __init__(self, *, interceptors: Sequence[Any] = ()) -> None:
+        # Client interceptors of every channel (tracing's, which carry the trace context to hook services).
+        self._interceptors = tuple(interceptors)
         # One channel per distinct (target, TLS settings), reused by every hook of every registration.
         self._channels: dict[tuple[str, HookTlsSpec | None], grpc.aio.Channel] = {}
 
     def _stub(self, target: str, tls: HookTlsSpec | None) -> Any:
         channel = self._channels.get((target, tls))
         if channel is None:
-            channel = _open_channel(target, tls)
+            channel = _open_channel(target, tls, self._interceptors)
             self._channels[(target, tls)] = channel
         return hook_service_pb2_grpc.HookServiceStub(channel)
 

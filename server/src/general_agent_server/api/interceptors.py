@@ -14,6 +14,8 @@ from typing import Any
 
 import grpc
 
+from general_agent_server.observability.port import Observer
+
 logger = logging.getLogger("general_agent_server.access")
 
 _request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
@@ -31,6 +33,10 @@ def _incoming_request_id(details: grpc.HandlerCallDetails) -> str:
 
 
 class RequestContextInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, observer: Observer | None = None) -> None:
+        # Told every RPC's latency and code (observability/port.py).
+        self._observer = observer
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
@@ -45,32 +51,35 @@ class RequestContextInterceptor(grpc.aio.ServerInterceptor):
         h: Any = handler
         wrapped: Any = handler
         if h.unary_unary is not None:
-            wrapped = h._replace(unary_unary=_wrap_unary(h.unary_unary, method, request_id))
+            wrapped = h._replace(unary_unary=_wrap_unary(h.unary_unary, method, request_id, self._observer))
         elif h.unary_stream is not None:
-            wrapped = h._replace(unary_stream=_wrap_stream(h.unary_stream, method, request_id))
+            wrapped = h._replace(unary_stream=_wrap_stream(h.unary_stream, method, request_id, self._observer))
         elif h.stream_stream is not None:
-            wrapped = h._replace(stream_stream=_wrap_stream(h.stream_stream, method, request_id))
+            wrapped = h._replace(stream_stream=_wrap_stream(h.stream_stream, method, request_id, self._observer))
         elif h.stream_unary is not None:
-            wrapped = h._replace(stream_unary=_wrap_unary(h.stream_unary, method, request_id))
+            wrapped = h._replace(stream_unary=_wrap_unary(h.stream_unary, method, request_id, self._observer))
         result: grpc.RpcMethodHandler[Any, Any] = wrapped
         return result
 
 
-def _log(method: str, context: Any, started: float, error: BaseException | None) -> None:
+def _log(method: str, context: Any, started: float, error: BaseException | None, observer: Observer | None) -> None:
     code = context.code()
     if error is not None and code is None:
         code = grpc.StatusCode.CANCELLED if isinstance(error, asyncio.CancelledError) else grpc.StatusCode.UNKNOWN
     name = code.name if isinstance(code, grpc.StatusCode) else ("OK" if code is None else str(code))
+    seconds = time.perf_counter() - started
+    if observer is not None:
+        observer.rpc(method, name, seconds)
     logger.info(
         "%s %s %.1fms",
         method,
         name,
-        (time.perf_counter() - started) * 1000,
+        seconds * 1000,
         extra={"category": "system", "rpc": method, "code": name},
     )
 
 
-def _wrap_unary(behavior: Any, method: str, request_id: str) -> Any:
+def _wrap_unary(behavior: Any, method: str, request_id: str, observer: Observer | None) -> Any:
     async def wrapped(request: Any, context: Any) -> Any:
         token = _request_id.set(request_id)
         started = time.perf_counter()
@@ -81,7 +90,7 @@ def _wrap_unary(behavior: Any, method: str, request_id: str) -> Any:
             error = exc
             raise
         finally:
-            _log(method, context, started, error)
+            _log(method, context, started, error, observer)
             # A stream closed from another task runs this in another context.
             with contextlib.suppress(ValueError):
                 _request_id.reset(token)
@@ -89,7 +98,7 @@ def _wrap_unary(behavior: Any, method: str, request_id: str) -> Any:
     return wrapped
 
 
-def _wrap_stream(behavior: Any, method: str, request_id: str) -> Any:
+def _wrap_stream(behavior: Any, method: str, request_id: str, observer: Observer | None) -> Any:
     async def wrapped(request: Any, context: Any) -> AsyncIterator[Any]:
         token = _request_id.set(request_id)
         started = time.perf_counter()
@@ -101,7 +110,7 @@ def _wrap_stream(behavior: Any, method: str, request_id: str) -> Any:
             error = exc
             raise
         finally:
-            _log(method, context, started, error)
+            _log(method, context, started, error, observer)
             # A stream closed from another task runs this in another context.
             with contextlib.suppress(ValueError):
                 _request_id.reset(token)

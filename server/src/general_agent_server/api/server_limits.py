@@ -10,8 +10,9 @@ INPUT_LIMIT_NAMES = tuple(InputLimits.__dataclass_fields__)
 
 
 def server_limits(settings: ServerSettings) -> server_info_api.ServerLimits:
-    """ServerLimits of these settings. max_concurrent_runs stays 0: the server enforces no such limit."""
+    """ServerLimits of these settings."""
     limits = server_info_api.ServerLimits(
+        max_concurrent_runs=settings.max_concurrent_runs,
         max_model_calls_per_run=settings.max_model_calls_per_run,
         max_tool_calls_per_run=settings.max_tool_calls_per_run,
         max_queued_turns=settings.max_queued_turns,

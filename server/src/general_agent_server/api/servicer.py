@@ -20,12 +20,12 @@ from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.agent import Agent
 from general_agent_server.api import convert, mcp
+from general_agent_server.api.auth_interceptor import current_caller
 from general_agent_server.api.decoding import InvalidRequest
 from general_agent_server.api.errors import abort, status_from_detail
 from general_agent_server.api.interceptors import current_request_id
-from general_agent_server.domain.context import CallContext, CallerRole, SessionView
+from general_agent_server.domain.context import CallContext, SessionView
 from general_agent_server.domain.errors import invalid_argument
-from general_agent_server.domain.session import DEFAULT_TENANT
 from general_agent_server.runs.compaction import CompactionOutcome
 
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
@@ -61,8 +61,10 @@ CAPABILITIES = (
 
 
 def call_context(context: Context) -> CallContext:
-    # No authentication is configured in this build, so every caller is the operator.
-    return CallContext(tenant=DEFAULT_TENANT, role=CallerRole.ADMIN, request_id=current_request_id())
+    """The caller the auth interceptor found (api/auth_interceptor.py); without authentication configured, the
+    operator (tenant `default`, role admin)."""
+    caller = current_caller()
+    return CallContext(tenant=caller.tenant, role=caller.role, request_id=current_request_id())
 
 
 def unary(

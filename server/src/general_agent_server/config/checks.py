@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from general_agent_server.config.errors import ConfigError
 from general_agent_server.config.table import INPUT_LIMIT_NAMES, ServerSettings
+from general_agent_server.config.trust_checks import check_trust
 from general_agent_server.hooks.plugins import PluginMode
 from general_agent_server.memory.settings import BACKENDS, MAX_BUDGET_CHARS, MAX_TOP_K
 from general_agent_server.tools.shell.command_user import CommandUserError, command_user
 
-
-class ConfigError(Exception):
-    """The configuration is invalid; the message names the setting."""
+__all__ = ["ConfigError", "validate"]
 
 
 def validate(settings: ServerSettings) -> None:
@@ -19,11 +19,12 @@ def validate(settings: ServerSettings) -> None:
     if not sep or not port.isdigit() or not host:
         raise ConfigError(f"listen: expected HOST:PORT, got {settings.listen!r}")
     loopback = host in ("127.0.0.1", "localhost", "[::1]", "::1") or host.startswith("127.")
-    if not loopback and not settings.insecure_listen:
+    if not loopback and not settings.insecure_listen and not settings.auth.enabled:
         raise ConfigError(
-            f"listen: {settings.listen} is not a loopback address and no auth is configured; "
-            "pass --insecure-listen to allow it"
+            f"listen: {settings.listen} is not a loopback address and no auth is configured "
+            "([[auth.tokens]] or [[auth.client_certs]], docs/security.md); pass --insecure-listen to allow it"
         )
+    check_trust(settings)
     if settings.log_format not in ("json", "text"):
         raise ConfigError(f"log_format: expected json or text, got {settings.log_format!r}")
     for name in (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from general_agent_server.config.table import SETTINGS
 
 # Kept off the command line with the other secrets' settings (it names a file holding a key).
-NO_FLAG = frozenset({"anthropic_api_key_file", "memory_everme_env_file"})
+NO_FLAG = frozenset({"anthropic_api_key_file", "memory_everme_env_file", "tls_key_file"})
 
 
 def settings_table_markdown() -> str:
@@ -61,6 +61,29 @@ input_schema = { type = "object", properties = { order_id = { type = "string" } 
 
 A session that names `auth_profile_id` is billed to that profile only; an `api_key` given on
 `CreateSession` or `ResumeSession` stays in server memory and is never stored, logged or returned.
+
+## Authentication and tenants
+
+Bearer tokens and client certificates live in the TOML file only (never a flag). Each token entry names its
+tenant and role and takes the token from exactly one of `token_sha256` (the hex SHA-256 of the token),
+`token_env` (an environment variable) or `token_file` (a file); once any entry exists every RPC needs
+credentials, and a non-loopback `listen` is allowed. `[tenants.<name>]` tables override the server's
+settings for one tenant. docs/security.md explains roles, `x-tenant`, TLS, mutual TLS with
+`[[auth.client_certs]]`, and the limits.
+
+```toml
+[[auth.tokens]]
+name = "billing-service"               # for logs; never the token
+tenant = "billing"
+role = "tenant"                        # or "admin": the operator, may name another tenant in x-tenant
+token_env = "BILLING_AGENT_TOKEN"      # or token_file = "/run/secrets/billing" or token_sha256 = "<64 hex>"
+
+[tenants.billing]
+exec = true                            # tenant-role sessions get no exec/process unless enabled here
+max_concurrent_runs = 8
+max_sessions = 10000
+approval_policy = ["mutating"]
+```
 
 ## Other keys
 

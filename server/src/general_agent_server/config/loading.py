@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from general_agent_server.auth.config import AuthConfigError, auth_config, tenant_policies
 from general_agent_server.config.checks import ConfigError, validate
 from general_agent_server.config.docs import NO_FLAG
 from general_agent_server.config.table import INPUT_LIMIT_NAMES, SETTINGS, ServerSettings, Setting
@@ -57,7 +58,7 @@ def load_settings(args: argparse.Namespace | None, environ: Mapping[str, str]) -
             file_values = tomllib.loads(Path(config_path).read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"config file {config_path}: {exc}") from None
-    known = {s.name for s in SETTINGS} | {"auth_profiles", "tenant_default_profiles", "hosted_tools"}
+    known = {s.name for s in SETTINGS} | {"auth_profiles", "tenant_default_profiles", "hosted_tools", "auth", "tenants"}
     unknown = sorted(set(file_values) - known)
     if unknown:
         raise ConfigError(f"config file {config_path}: unknown setting(s) {', '.join(unknown)}")
@@ -81,9 +82,21 @@ def load_settings(args: argparse.Namespace | None, environ: Mapping[str, str]) -
         hosted_tools=_hosted_tools(file_values.get("hosted_tools", []), limits),
         brave_api_key=register_secret(environ.get("BRAVE_API_KEY") or environ.get("BRAVE_SEARCH_API_KEY") or ""),
         firecrawl_api_key=register_secret(environ.get("FIRECRAWL_API_KEY", "").strip()),
+        **_trust_tables(file_values, environ),
     )
     validate(settings)
     return settings
+
+
+def _trust_tables(file_values: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """`[auth]` (tokens and client certificates) and `[tenants.<name>]` (docs/security.md)."""
+    try:
+        return {
+            "auth": auth_config(file_values.get("auth", {}), environ),
+            "tenants": tenant_policies(file_values.get("tenants", {})),
+        }
+    except AuthConfigError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _read_secret_file(path: str, what: str) -> str:

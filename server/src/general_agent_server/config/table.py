@@ -8,23 +8,21 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+from general_agent_server.config.fields import setting
+from general_agent_server.config.trust import TrustSettings
 from general_agent_server.domain.session import HostedToolDefinition
 from general_agent_server.domain.validation import DEFAULT_LIMITS, InputLimits
 from general_agent_server.hooks.plugins import PluginMode, normalise_plugin_ids
 from general_agent_server.memory.settings import MemorySettings
 from general_agent_server.model.credentials import AuthProfile
 from general_agent_server.sessions.settings import CoreSettings
+from general_agent_server.tenants.rules import TenantRules
 from general_agent_server.tools.runtime import ToolLimits
 
 MIB = 1024 * 1024
-T = TypeVar("T")
-
-
-def setting(default: T, help: str) -> T:
-    """A field of ServerSettings that is a setting (flag, environment variable, TOML key)."""
-    return field(default=default, metadata={"help": help})
+__all__ = ["MIB", "SETTINGS", "ServerSettings", "Setting", "setting"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +51,7 @@ class Setting:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ServerSettings:
+class ServerSettings(TrustSettings):
     listen: str = setting("127.0.0.1:50051", "HOST:PORT to listen on; port 0 picks a free port.")
     ready_file: str = setting("", "Written with {address, pid} once health is SERVING.")
     state_dir: str = setting(".general-agent/state", "SQLite state and transcript exports.")
@@ -101,9 +99,11 @@ class ServerSettings:
     )
     subscriber_buffer: int = setting(4096, "Events buffered per stream before SLOW_CONSUMER.")
     store_flush_interval_ms: float = setting(20.0, "Group-commit window for buffered events.")
-    replica_id: str = setting("local", "Lease owner id of this server process.")
+    replica_id: str = setting(
+        "local", "Lease owner id of this server process; replicas sharing a store need distinct ids."
+    )
     lease_ttl_seconds: float = setting(
-        60.0, "Seconds a session lease lasts unrenewed (renewed every third of it while the session is loaded)."
+        60.0, "Seconds a session lease lasts unrenewed (held while a run is active, renewed every third of it)."
     )
     max_history_page_bytes: int = setting(4 * MIB, "Bytes of transcript entries one GetSessionHistory page carries.")
     max_idle_sessions: int = setting(1000, "Idle sessions kept loaded in memory (least recently used evicted first).")
@@ -273,6 +273,16 @@ class ServerSettings:
             context_windows=context_windows(self.context_windows),
             mcp_stdio_allow=frozenset(c.strip() for c in self.mcp_stdio_allow.split(",") if c.strip()),
             approval_policy=tuple(e.strip() for e in self.approval_policy.split(",") if e.strip()),
+            tenants=self.tenant_rules(),
+        )
+
+    def tenant_rules(self) -> TenantRules:
+        return TenantRules(
+            auth_enabled=self.auth.enabled,
+            operator_tenants=self.auth.admin_tenants(),
+            policies=self.tenants,
+            max_concurrent_runs_per_tenant=self.max_concurrent_runs_per_tenant,
+            max_sessions_per_tenant=self.max_sessions_per_tenant,
         )
 
     def memory(self) -> MemorySettings:
@@ -309,9 +319,11 @@ def host_list(value: str) -> frozenset[str]:
 
 
 _HINTS = typing.get_type_hints(ServerSettings)
+_TRUST = {f.name for f in fields(TrustSettings)}
 SETTINGS: tuple[Setting, ...] = tuple(
     Setting(name=f.name, kind=_HINTS[f.name], default=f.default, help=f.metadata["help"])
-    for f in fields(ServerSettings)
+    # The base's settings (config/trust.py) after the others.
+    for f in sorted(fields(ServerSettings), key=lambda f: f.name in _TRUST)
     if "help" in f.metadata
 )
 INPUT_LIMIT_NAMES = tuple(f.name for f in fields(InputLimits))
@@ -324,6 +336,7 @@ _PARSED = {
     "context_windows",
     "mcp_stdio_allow",
     "approval_policy",
+    "tenants",
 }
 CORE_COPIED = tuple(
     f.name for f in fields(CoreSettings) if f.name not in _PARSED and f.name in {s.name for s in SETTINGS}

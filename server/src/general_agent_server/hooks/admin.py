@@ -167,8 +167,10 @@ class HookAdmin:
     async def emit(
         self, ctx: CallContext, hook: str, event: dict[str, Any], context: dict[str, Any], session_id: str = ""
     ) -> HookOutcome:
-        """Runs any hook with the runner's merge rules (EmitHook)."""
+        """Runs any hook with the runner's merge rules (EmitHook). The context's `tenant` is the caller's, whatever
+        the host sent: handlers (memory's among them) look sessions up by it."""
         self.check_hook_name(hook)
+        context = {**context, "tenant": ctx.tenant}
         try:
             return await self.runner.run(hook, event, context, tenant=ctx.tenant, session_id=session_id)
         except HookFailedError as exc:

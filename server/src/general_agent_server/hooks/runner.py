@@ -21,6 +21,7 @@ from general_agent_server.hooks.registry import (
     JsonObject,
     fails_closed,
 )
+from general_agent_server.observability.port import Observer
 from general_agent_server.sessions import session_log
 
 
@@ -172,6 +173,8 @@ class HookRunner:
 
     def __init__(self, registry: HookRegistry) -> None:
         self.registry = registry
+        # Told every handler call, tool outcome and run end (observability/port.py); None: nobody asks.
+        self.observer: Observer | None = None
         self.background: set[asyncio.Task[Any]] = set()
 
     async def _invoke(
@@ -194,6 +197,8 @@ class HookRunner:
             call.error = f"{type(exc).__name__}: {exc}"
         if session_log.enabled():
             _log_call(call, shaped, context, tenant, time.perf_counter() - started)
+        if self.observer is not None:
+            self.observer.hook_call(handler.hook, time.perf_counter() - started, call.error is not None)
         return call
 
     async def run(

@@ -163,6 +163,8 @@ class SessionHooks:
     ) -> None:
         """Fired after every tool outcome (blocked, unknown and hosted ones included), before its
         tool_result/tool_error is emitted."""
+        if self.runner is not None and self.runner.observer is not None:
+            self.runner.observer.tool_call(tool_name, duration_ms / 1000, result.is_error)
         if not self.wants(frozenset({"after_tool_call"})):
             return
         details: Any = {}

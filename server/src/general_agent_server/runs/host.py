@@ -65,5 +65,11 @@ class RunHost(Protocol):
     async def run_cancelled(self, run_id: str) -> None:
         """The run was stopped: what its tools started in the background dies with it."""
 
+    async def own_run(self) -> None:
+        """Takes the session's lease for a run continuing here (sessions/ownership.py)."""
+
+    def disown_run(self) -> None:
+        """Releases the session's lease unless a run executes here."""
+
     def run_task_done(self, run: ActiveRun, *, suspended: bool) -> None:
         """The run's task ended: the run finished, or it suspended on hosted calls."""

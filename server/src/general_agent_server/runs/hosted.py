@@ -175,17 +175,25 @@ async def settle(
         return None
     if credential is None:
         credential = host.credential()
+    # The run continues here: this replica takes the session's lease first (SESSION_BUSY if another holds it).
+    await host.own_run()
+    suspended_record = run.record
     run.record = replace(run.record, status=RunStatus.RUNNING)
     run.credential = credential
-    await ledger.commit(
-        events=events,
-        transcript=transcript,
-        tool_calls=calls,
-        runs=[run.record],
-        state=SessionState.RUNNING,
-        pending_call_ids=(),
-        **changes,
-    )
+    try:
+        await ledger.commit(
+            events=events,
+            transcript=transcript,
+            tool_calls=calls,
+            runs=[run.record],
+            state=SessionState.RUNNING,
+            pending_call_ids=(),
+            **changes,
+        )
+    except BaseException:
+        run.record = suspended_record
+        host.disown_run()
+        raise
     run.admitted.set()
     driver = RunDriver(host, run, resume_round=True)
     run.task = asyncio.create_task(driver.execute(), name=f"run-{run.run_id}")

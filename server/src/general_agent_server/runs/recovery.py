@@ -1,11 +1,17 @@
-"""Start-up recovery (docs/protocol.md, run outcomes): every run left RUNNING by a crash gets a terminal
+"""Recovery (docs/protocol.md, run outcomes): every run left RUNNING by a crash gets a terminal
 run_finished{FAILED, INTERRUPTED}; each of its tool calls without a result gets a synthetic is_error result
 (local tools are never re-run: the action may or may not have happened), and the model history gets the
 round's results message so no tool_use is left without its tool_result. The session becomes IDLE and the
-next turn works. Suspended runs stay resumable."""
+next turn works. Suspended runs stay resumable.
+
+A run is repaired only under its session's lease (docs/architecture.md, "Replicas and leases"): a replica
+takes it first, so the live run of another replica is never touched, and the run of a dead one is repaired
+once its lease has expired (or at once by the same replica id restarting). Start-up, the periodic sweep of
+sessions/ownership.py and the load of a session left RUNNING all come here."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
 
@@ -32,14 +38,50 @@ INTERRUPTED_MESSAGE = "the run was interrupted by a server restart"
 INTERRUPTED_TOOL_MESSAGE = "interrupted by a server restart; the action may or may not have happened"
 
 
-async def recover_interrupted_runs(store: SessionStore, *, sequence_block: int) -> int:
+async def repair_abandoned_runs(
+    store: SessionStore,
+    *,
+    owner: str,
+    ttl_seconds: float,
+    sequence_block: int,
+    skip: Collection[tuple[str, str]] = (),
+) -> int:
+    """Repairs every unfinished, not suspended run whose session lease this replica can take (free, expired or
+    its own from before a restart); sessions in `skip` (this replica's live runs) are left alone. Returns the
+    number of runs repaired."""
     recovered = 0
     for run in await store.list_unfinished_runs():
-        if run.status is RunStatus.SUSPENDED:
+        if run.status is RunStatus.SUSPENDED or (run.tenant, run.session_id) in skip:
             continue
-        session = await store.get_session(run.tenant, run.session_id)
+        recovered += await repair_session(
+            store, run.tenant, run.session_id, owner=owner, ttl_seconds=ttl_seconds, sequence_block=sequence_block
+        )
+    return recovered
+
+
+async def repair_session(
+    store: SessionStore, tenant: str, session_id: str, *, owner: str, ttl_seconds: float, sequence_block: int
+) -> int:
+    """Repairs the session's interrupted runs if its lease can be taken; the number repaired (0 while another
+    replica holds the lease). The lease is released afterwards: the repaired session is idle."""
+    if not await store.acquire_lease(tenant, session_id, owner, ttl_seconds=ttl_seconds):
+        return 0
+    try:
+        return await repair_leased(store, tenant, session_id, sequence_block)
+    finally:
+        await store.release_lease(tenant, session_id, owner)
+
+
+async def repair_leased(store: SessionStore, tenant: str, session_id: str, sequence_block: int) -> int:
+    """Repairs the session's runs left RUNNING, with its lease held by the caller; the number repaired."""
+    recovered = 0
+    # Read under the lease: the owner may have finished the run before it let the lease go.
+    for run in await store.list_runs(tenant, session_id):
+        if run.status is not RunStatus.RUNNING:
+            continue
+        session = await store.get_session(tenant, session_id)
         if session is None:
-            continue
+            break
         await _recover(store, session, run, sequence_block)
         recovered += 1
     return recovered

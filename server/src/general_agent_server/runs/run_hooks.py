@@ -170,7 +170,9 @@ def fire_end_hooks(
     last_call_usage: Usage,
     duration_ms: int,
 ) -> None:
-    """agent_end, then llm_output, dispatched after run_finished."""
+    """agent_end, then llm_output, dispatched after run_finished (and the run's outcome to the observer)."""
+    if hooks.runner is not None and hooks.runner.observer is not None:
+        hooks.runner.observer.run_ended(outcome.name)
     if not hooks.wants(END_HOOKS):
         return
     produced = [m for m in history if m.run_id == run.run_id]

@@ -160,7 +160,7 @@ class ToolRound:
             host.ledger.record,
             spec,
             requested,
-            default_policy=settings.approval_policy,
+            default_policy=settings.tenants.approval_policy(host.tenant, settings.approval_policy),
             default_timeout=settings.approval_timeout,
             max_timeout=settings.hosted_call_timeout_max,
             now=utcnow(),

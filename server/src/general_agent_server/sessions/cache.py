@@ -3,25 +3,25 @@ the next turn does not re-read the session and its history from the store. An id
 The cache is bounded by count and by the estimated bytes of its sessions (sessions/footprint.py): least
 recently used idle sessions leave first; a session in use is never evicted.
 
-Every session in memory holds its lease in the store under this server's replica id (docs/architecture.md,
-"Leases"), renewed in the background and released when the session leaves memory, so a second replica
-sharing the store never drives the same session at the same time: it gets SESSION_BUSY until the lease is
-free."""
+A loaded session holds no lease: a replica owns a session only while one of its runs executes here
+(sessions/ownership.py; docs/architecture.md, "Replicas and leases"). So another replica sharing the store
+may change a cached session meanwhile: every use compares the copy with the store's version first and reads
+the session again when it differs (a session whose run executes here is never written by anyone else)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from general_agent_server.domain.errors import ErrorCode, ServiceError, session_not_found
+from general_agent_server.domain.errors import ServiceError, session_not_found
+from general_agent_server.domain.events import RunReason
 from general_agent_server.domain.history import HistoryMessage
 from general_agent_server.domain.session import SessionRecord, SessionState
-from general_agent_server.runs.state import ActiveRun
+from general_agent_server.runs.recovery import repair_session
 from general_agent_server.sessions.footprint import SessionFootprint
 from general_agent_server.sessions.live import LiveSession, SessionDeps
 
@@ -44,55 +44,24 @@ class SessionCache:
         self.idle_bytes = 0
         self._footprints: weakref.WeakKeyDictionary[LiveSession, SessionFootprint] = weakref.WeakKeyDictionary()
         self._loading: dict[_Key, asyncio.Future[LiveSession | None]] = {}
-        self._renewer: asyncio.Task[None] | None = None
+        self._ownership = deps.ownership
         self._background: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ leases
     def start(self) -> None:
-        self._renewer = asyncio.create_task(self._renew_leases(), name="lease-renewal")
+        self._ownership.lost = self._lost
+        self._ownership.start()
 
     async def close(self) -> None:
-        """Stops renewing and releases the leases of every session in memory (the process is going away)."""
-        if self._renewer is not None:
-            self._renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renewer
-            self._renewer = None
-        for session in self.loaded():
-            await self._release(session.tenant, session.session_id)
+        """Stops renewing and releases the leases still held (the process is going away)."""
+        await self._ownership.close()
 
-    async def claim(self, tenant: str, session_id: str) -> None:
-        """Takes the session's lease for this replica, or fails SESSION_BUSY while another replica holds it."""
-        owner = self._settings.replica_id
-        if not await self._store.acquire_lease(tenant, session_id, owner, ttl_seconds=self._settings.lease_ttl_seconds):
-            raise ServiceError(
-                ErrorCode.FAILED_PRECONDITION,
-                "SESSION_BUSY",
-                f"session {session_id!r} is held by another server replica; retry shortly",
-                metadata={"session_id": session_id, "state": "HELD_ELSEWHERE"},
-                retry_after_seconds=self._settings.lease_ttl_seconds / 3,
-            )
-
-    async def _release(self, tenant: str, session_id: str) -> None:
-        try:
-            await self._store.release_lease(tenant, session_id, self._settings.replica_id)
-        except Exception:
-            logger.exception("could not release the lease of session %s", session_id, extra={"category": "system"})
-
-    async def _renew_leases(self) -> None:
-        interval = self._settings.lease_ttl_seconds / 3
-        while True:
-            await asyncio.sleep(interval)
-            for session in self.loaded():
-                try:
-                    await self.claim(session.tenant, session.session_id)
-                except ServiceError:
-                    # Another replica took an expired lease: this copy is stale, drop it when it is idle.
-                    logger.warning("lost the lease of session %s", session.session_id, extra={"category": "system"})
-                    if session.idle:
-                        self._unpark((session.tenant, session.session_id))
-                except Exception:
-                    logger.exception("lease renewal failed", extra={"category": "system"})
+    def _lost(self, tenant: str, session_id: str) -> None:
+        """Another replica took the lease of a run executing here (this replica stalled past the TTL): the run
+        stops, and its writes would conflict anyway."""
+        session = self.peek(tenant, session_id)
+        if session is not None:
+            session.cancel_run(RunReason.INTERRUPTED)
 
     def active(self) -> list[LiveSession]:
         return list(self._in_use.values())
@@ -103,14 +72,20 @@ class SessionCache:
 
     async def adopt(self, session: LiveSession) -> None:
         """Caches the session of a session this process just created (nothing to read back)."""
-        await self.claim(session.tenant, session.session_id)
         session.on_idle = self._drop_if_idle
         self._park(session)
 
     @asynccontextmanager
     async def use(self, tenant: str, session_id: str) -> AsyncIterator[LiveSession]:
         """The session's session, loaded if needed and kept while in use. NOT_FOUND for unknown ids."""
-        session = await self._acquire(tenant, session_id)
+        session, loaded = await self._acquire(tenant, session_id)
+        try:
+            if not loaded:
+                await session.revalidate()
+        except ServiceError:
+            session.users -= 1
+            self.forget(tenant, session_id)  # deleted by another replica
+            raise
         try:
             yield session
         finally:
@@ -126,16 +101,18 @@ class SessionCache:
         self._unpark((tenant, session_id))
         self._deps.keys.forget(tenant, session_id)
 
-    async def _acquire(self, tenant: str, session_id: str) -> LiveSession:
+    async def _acquire(self, tenant: str, session_id: str) -> tuple[LiveSession, bool]:
+        """The session in use, and whether it was just read from the store."""
         key = (tenant, session_id)
         session = self._in_use.get(key)
         if session is None and (session := self._unpark(key)) is not None:
             self._in_use[key] = session
+        loaded = session is None
         if session is None:
             session = await self._loaded(key)
             session = self._in_use.setdefault(key, session)
         session.users += 1
-        return session
+        return session, loaded
 
     async def _loaded(self, key: _Key) -> LiveSession:
         """Loads a session once however many callers ask at the same time. The first caller loads; the
@@ -170,32 +147,32 @@ class SessionCache:
         record = await self._store.get_session(tenant, session_id)
         if record is None:
             return None
-        await self.claim(tenant, session_id)
+        # Left RUNNING: another replica's live run (left alone), or a dead one's, repaired once its lease expired.
+        if record.state is SessionState.RUNNING and await self._repair(tenant, session_id):
+            record = await self._store.get_session(tenant, session_id)
+            if record is None:
+                return None
         history, stored_bytes = await self._store.load_history_sized(tenant, session_id)
         await self._exporter.reconcile(tenant, session_id, self._store)
         session = self.new_session(record, history)
         self._footprints[session] = SessionFootprint(history, stored_bytes)
         if record.state is SessionState.SUSPENDED and record.active_run_id:
-            await self._restore_suspension(session)
+            await session.restore_stored_suspension()
         return session
 
-    async def _restore_suspension(self, session: LiveSession) -> None:
-        """A suspended run survives restarts: its run row and pending round come back from the store and the
-        hosted deadlines are re-armed (expired ones fire at once)."""
-        record = session.record
-        run_record = await self._store.get_run(record.tenant, record.session_id, record.active_run_id)
-        if run_record is None:
-            return
-        calls = await self._store.list_tool_calls(record.tenant, record.session_id, run_record.run_id)
-        last_round = max((c.round_index for c in calls), default=0)
-        run = ActiveRun(
-            run_id=run_record.run_id,
-            record=run_record,
-            model_ref=run_record.model_ref,
-            credential=None,
-            round=[c for c in calls if c.round_index == last_round],
+    async def _repair(self, tenant: str, session_id: str) -> bool:
+        if self._ownership.holds(tenant, session_id):
+            return False
+        settings = self._settings
+        repaired = await repair_session(
+            self._store,
+            tenant,
+            session_id,
+            owner=settings.replica_id,
+            ttl_seconds=settings.lease_ttl_seconds,
+            sequence_block=settings.sequence_block,
         )
-        session.restore_suspension(run)
+        return repaired > 0
 
     def new_session(self, record: SessionRecord, history: list[HistoryMessage]) -> LiveSession:
         session = LiveSession(record=record, history=history, deps=self._deps)
@@ -237,10 +214,8 @@ class SessionCache:
     async def _evicted(self, session: LiveSession) -> None:
         """The session object ends here (a later turn loads a new one and fires session_start again)."""
         await session.end_session_hooks(wait=False)
-        if self.peek(session.tenant, session.session_id) is None:  # not loaded again meanwhile
-            if self._deps.mcp is not None:
-                await self._deps.mcp.close_session(session.tenant, session.session_id)
-            await self._release(session.tenant, session.session_id)
+        if self.peek(session.tenant, session.session_id) is None and self._deps.mcp is not None:  # not loaded again
+            await self._deps.mcp.close_session(session.tenant, session.session_id)
 
     def loaded(self) -> list[LiveSession]:
         """Every session in memory, active or idle."""

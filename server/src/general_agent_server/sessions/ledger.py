@@ -29,7 +29,7 @@ from datetime import timedelta
 from typing import Any
 
 from general_agent_server.domain.clock import utcnow
-from general_agent_server.domain.errors import ServiceError
+from general_agent_server.domain.errors import ErrorCode, ServiceError
 from general_agent_server.domain.events import (
     COALESCIBLE_KINDS,
     AssistantDelta,
@@ -46,7 +46,7 @@ from general_agent_server.exports.transcript_export import TranscriptExporter
 from general_agent_server.security.redaction import redact
 from general_agent_server.sessions import session_log
 from general_agent_server.sessions.subscribers import Subscriber
-from general_agent_server.store.port import SessionStore, WriteBatch
+from general_agent_server.store.port import SessionStore, VersionConflictError, WriteBatch
 
 logger = logging.getLogger(__name__)
 
@@ -59,16 +59,41 @@ class CommitRefused(Exception):
     """Raised by a commit's `derive` when the state it finds rules the step out; nothing is written."""
 
 
+def changed_elsewhere(session_id: str) -> ServiceError:
+    """A commit found another version in the store: another replica changed the session meanwhile."""
+    return ServiceError(
+        ErrorCode.FAILED_PRECONDITION,
+        "SESSION_BUSY",
+        f"session {session_id!r} was changed by another server replica meanwhile; retry",
+        metadata={"session_id": session_id},
+        retry_after_seconds=0.1,
+    )
+
+
+def _no_guard() -> None:
+    return None
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LedgerSettings:
     sequence_block: int
     subscriber_buffer: int
+    # This replica's lease owner id: a commit that ends or suspends the run frees the lease with it.
+    replica_id: str
     event_retention_count: int
     event_retention_seconds: float
 
 
 async def _no_filter(entries: list[TranscriptEntry]) -> list[TranscriptEntry]:
     return entries
+
+
+def _first_sequence(record: SessionRecord) -> int:
+    """A session left RUNNING by a crash may have sent events that never committed: skip past every reserved
+    sequence. Otherwise everything sent was committed and numbering simply continues."""
+    if record.state is SessionState.RUNNING:
+        return record.sequence_reserved + 1
+    return max(record.last_sequence, 0) + 1
 
 
 class SessionLedger:
@@ -92,6 +117,10 @@ class SessionLedger:
         self._settings = settings
         # Write-path hooks, set by the live session (they need the session's hook scope).
         self.transcript_filter: TranscriptFilter = _no_filter
+        # Raises when this copy may not write (the live session: another replica drives its run).
+        self.guard: Callable[[], None] = _no_guard
+        # Set when a commit met another version: the copy is stale and must be read again before use.
+        self.stale = False
         self._commit_lock = asyncio.Lock()
         self._commits_waiting = 0
         self._subscribers: list[Subscriber] = []
@@ -101,12 +130,14 @@ class SessionLedger:
         self._delta_window_open = False
         self._purged_at_sequence = 0
         self._purged_at_time = time.monotonic()
-        # A session left RUNNING by a crash may have sent events that never committed: skip past every
-        # reserved sequence. Otherwise everything sent was committed and numbering simply continues.
-        if record.state is SessionState.RUNNING:
-            self._next_sequence = record.sequence_reserved + 1
-        else:
-            self._next_sequence = max(record.last_sequence, 0) + 1
+        self._next_sequence = _first_sequence(record)
+
+    def reload(self, record: SessionRecord, history: list[HistoryMessage]) -> None:
+        """Takes the stored state read again (another replica changed the session); no commit is in flight."""
+        self.record = record
+        self.history = history
+        self._next_sequence = _first_sequence(record)
+        self.stale = False
 
     @property
     def tenant(self) -> str:
@@ -231,6 +262,8 @@ class SessionLedger:
         `transcript_filtered`: the caller has passed the entries through the write-path hooks already (to keep
         the hook order of a tool round)."""
 
+        self.guard()
+
         async def serialised() -> None:
             self._commits_waiting += 1
             try:
@@ -304,8 +337,15 @@ class SessionLedger:
             runs=runs,
             tool_calls=tool_calls,
             idempotency=idempotency,
+            release_lease=self._settings.replica_id
+            if self.record.state is SessionState.RUNNING and record.state is not SessionState.RUNNING
+            else "",
         )
-        await self._store.write(batch)
+        try:
+            await self._store.write(batch)
+        except VersionConflictError:
+            self.stale = True
+            raise changed_elsewhere(self.session_id) from None
         self.record = record
         self.history = new_history
         if transcript:

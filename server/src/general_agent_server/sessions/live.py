@@ -18,16 +18,17 @@ Concurrency guarantees:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
 
 from general_agent_server.domain.content import ContentPart, TextPart
-from general_agent_server.domain.errors import ErrorCode, ServiceError
+from general_agent_server.domain.errors import ErrorCode, ServiceError, session_not_found
 from general_agent_server.domain.events import (
     CompactionReason,
     RunReason,
@@ -59,14 +60,17 @@ from general_agent_server.runs.compaction import CompactionOutcome, Compactor, o
 from general_agent_server.runs.deadlines import Deadlines
 from general_agent_server.runs.driver import RunDriver
 from general_agent_server.runs.hosted import resolve_approval, resolve_hosted
+from general_agent_server.runs.recovery import repair_leased, repair_session
 from general_agent_server.runs.state import ActiveRun, Admission, BusyPolicy, Resolution, TurnRequest, payload_hash
 from general_agent_server.runs.turn_queue import TurnQueue
 from general_agent_server.sessions.idempotency import KeyedRequest
 from general_agent_server.sessions.ledger import CommitRefused, LedgerSettings, SessionLedger
+from general_agent_server.sessions.ownership import Ownership, held_elsewhere
 from general_agent_server.sessions.serving import ServingGate
 from general_agent_server.sessions.settings import CoreSettings
 from general_agent_server.sessions.subscribers import Subscriber
 from general_agent_server.store.port import SessionStore
+from general_agent_server.tenants.slots import RunSlot, RunSlots
 from general_agent_server.tools.runtime import ToolCatalog, ToolContext, ToolKind, ToolSet, ToolSpec
 from general_agent_server.workspace.checkpoints.recorder import CheckpointRecorder
 
@@ -87,11 +91,14 @@ class SessionDeps:
     credentials: CredentialResolver
     keys: SessionKeys
     gate: ServingGate
+    ownership: Ownership
     global_hosted_tools: tuple[HostedToolDefinition, ...] = ()
     event_log: EventLog | None = None
     hooks: HookRunner | None = None
     checkpoints: CheckpointRecorder | None = None
     mcp: McpServers | None = None
+    # Bounds concurrent runs per server and tenant (tenants/slots.py); None: unbounded.
+    run_slots: RunSlots | None = None
 
 
 def no_api_key(session_id: str, why: str) -> ServiceError:
@@ -112,6 +119,7 @@ class LiveSession:
             event_log=deps.event_log,
             settings=LedgerSettings(
                 sequence_block=settings.sequence_block,
+                replica_id=settings.replica_id,
                 subscriber_buffer=settings.subscriber_buffer,
                 event_retention_count=settings.event_retention_count,
                 event_retention_seconds=settings.event_retention_seconds,
@@ -126,6 +134,8 @@ class LiveSession:
         self.on_idle: Callable[[LiveSession], None] = lambda session: None
         self._queue = TurnQueue(record.session_id)
         self._toolset: tuple[object, SessionMode, object, ToolSet] | None = None
+        # The run slot the executing run holds (none while idle or suspended).
+        self._slot: RunSlot | None = None
         self._mcp_config: object = None
         # Weak: an armed deadline must not keep an evicted session alive through a reference cycle.
         ref = weakref.ref(self)
@@ -136,6 +146,13 @@ class LiveSession:
                 session.ledger.spawn(session._expire(call_id), f"hosted-timeout-{call_id}")
 
         self.deadlines = Deadlines(expire)
+
+        def guard() -> None:
+            session = ref()
+            if session is not None:
+                session._check_writable()
+
+        self.ledger.guard = guard
 
     # ------------------------------------------------------------------ what it is
     @property
@@ -183,6 +200,110 @@ class LiveSession:
     @property
     def session_file(self) -> str:
         return str(self.deps.exporter.path_for(self.tenant, self.session_id))
+
+    # ------------------------------------------------------------------ ownership (sessions/ownership.py)
+    @property
+    def owns_run(self) -> bool:
+        """Whether a run of this session executes here now (this replica holds the lease)."""
+        run = self.run
+        return run is not None and run.task is not None and not run.task.done()
+
+    @property
+    def runs_elsewhere(self) -> bool:
+        """The stored state says RUNNING, and the run is not here: another replica drives it."""
+        return self.record.state is SessionState.RUNNING and not self.owns_run
+
+    def _check_writable(self) -> None:
+        if self.runs_elsewhere:
+            raise held_elsewhere(self.session_id, self.settings.lease_ttl_seconds / 3)
+
+    async def own_run(self) -> None:
+        """Takes the session's lease for a run starting or continuing here (SESSION_BUSY while another replica
+        holds it)."""
+        ownership = self.deps.ownership
+        if not ownership.holds(self.tenant, self.session_id):
+            await ownership.take(self.tenant, self.session_id)
+
+    def disown_run(self) -> None:
+        """Releases the lease unless a run executes here."""
+        if not self.owns_run:
+            self.deps.ownership.release(self.tenant, self.session_id)
+
+    async def revalidate(self) -> bool:
+        """Compares the copy with the store's version and reads the session again when another replica changed
+        it (and repairs a run a dead replica left); True when it was read again. NOT_FOUND once it is deleted."""
+        if self.owns_run or await self._current() is None:
+            return False  # the common case, without the command lock
+        async with self._lock:
+            return await self._revalidate()
+
+    async def _current(self) -> SessionRecord | None:
+        """The stored record when it differs from this copy or says RUNNING elsewhere; None when the copy is
+        current or a run executes here (this replica holds the lease: nobody else writes the session). NOT_FOUND
+        once it is deleted."""
+        if self.owns_run:
+            return None
+        stored = await self.store.get_session(self.tenant, self.session_id)
+        if stored is None:
+            raise session_not_found(self.session_id)
+        current = stored.version == self.record.version and not self.ledger.stale
+        if current and stored.state is not SessionState.RUNNING:
+            return None
+        return stored  # changed, or a run elsewhere that may have been abandoned since (repaired once expired)
+
+    async def _revalidate(self) -> bool:
+        stored = await self._current()
+        if stored is None:
+            return False
+        store, tenant, session_id = self.store, self.tenant, self.session_id
+        if stored.state is SessionState.RUNNING:
+            if await self._repair(stored):
+                stored = await store.get_session(tenant, session_id)
+                if stored is None:
+                    raise session_not_found(session_id)
+            elif stored.version == self.record.version and not self.ledger.stale:
+                return False  # still running elsewhere, and this copy knows it
+        history = await store.load_history(tenant, session_id)
+        self.deadlines.disarm()
+        self.run = None
+        self.ledger.reload(stored, history)
+        self._toolset = None
+        if stored.state is SessionState.SUSPENDED and stored.active_run_id:
+            await self.restore_stored_suspension()
+        return True
+
+    async def _repair(self, stored: SessionRecord) -> bool:
+        """A run left RUNNING by a replica whose lease has expired (or this replica's own before a restart)."""
+        settings = self.settings
+        if self.deps.ownership.holds(self.tenant, self.session_id):
+            return await repair_leased(self.store, self.tenant, self.session_id, settings.sequence_block) > 0
+        repaired = await repair_session(
+            self.store,
+            self.tenant,
+            self.session_id,
+            owner=settings.replica_id,
+            ttl_seconds=settings.lease_ttl_seconds,
+            sequence_block=settings.sequence_block,
+        )
+        return repaired > 0
+
+    async def restore_stored_suspension(self) -> None:
+        """A suspended run survives restarts and replicas: its run row and pending round come back from the
+        store and the hosted deadlines are re-armed (expired ones fire at once)."""
+        record = self.record
+        run_record = await self.store.get_run(record.tenant, record.session_id, record.active_run_id)
+        if run_record is None:
+            return
+        calls = await self.store.list_tool_calls(record.tenant, record.session_id, run_record.run_id)
+        last_round = max((c.round_index for c in calls), default=0)
+        run = ActiveRun(
+            run_id=run_record.run_id,
+            record=run_record,
+            model_ref=run_record.model_ref,
+            credential=None,
+            round=[c for c in calls if c.round_index == last_round],
+        )
+        self.restore_suspension(run)
 
     def subscribe(self) -> Subscriber:
         return self.ledger.subscribe()
@@ -277,6 +398,8 @@ class LiveSession:
 
     def run_task_done(self, run: ActiveRun, *, suspended: bool) -> None:
         run.task = None
+        self._release_slot()
+        self.disown_run()  # a suspended session belongs to no replica
         if suspended:
             self._release_mcp()
             return
@@ -287,6 +410,19 @@ class LiveSession:
         self.ledger.retain()
         self._release_mcp()
         self.on_idle(self)
+
+    def _release_slot(self) -> None:
+        if self._slot is not None:
+            self._slot.release()
+            self._slot = None
+
+    def _resumed(self, resolution: Resolution) -> Resolution:
+        """A suspended run its host's answer continued holds a slot again (never refused: it was admitted)."""
+        run = resolution.continued
+        slots = self.deps.run_slots
+        if run is not None and run.task is not None and slots is not None and self._slot is None:
+            self._slot = slots.take(self.tenant)
+        return resolution
 
     def _release_mcp(self) -> None:
         if self.deps.mcp is not None and (servers := self.mcp) is not None:
@@ -309,14 +445,29 @@ class LiveSession:
         async with self._lock:
             await self._settle()
             self.deps.gate.check()
-            if self.record.state is not SessionState.IDLE:
-                if policy is BusyPolicy.REJECT:
-                    raise self.busy_error()
-                if policy is BusyPolicy.STEER:
-                    return Admission(run=None, steered_run_id=await self._inject(turn.parts, None))
-                await self._stop_run(RunReason.SUPERSEDED)
-            trigger = RunTrigger.STEER if policy is BusyPolicy.STEER else RunTrigger.TURN
-            return Admission(run=await self._start(replace(turn, trigger=trigger)))
+            if not self.owns_run:
+                await self._own_for_turn()
+            try:
+                if self.record.state is not SessionState.IDLE:
+                    if policy is BusyPolicy.REJECT:
+                        raise self.busy_error()
+                    if policy is BusyPolicy.STEER:
+                        return Admission(run=None, steered_run_id=await self._inject(turn.parts, None))
+                    await self._stop_run(RunReason.SUPERSEDED)
+                trigger = RunTrigger.STEER if policy is BusyPolicy.STEER else RunTrigger.TURN
+                return Admission(run=await self._start(replace(turn, trigger=trigger), fresh=True))
+            finally:
+                self.disown_run()
+
+    async def _own_for_turn(self) -> None:
+        """Takes the lease, then reads the state again (so no other replica starts a run meanwhile). While
+        another replica runs the session, its turn is refused as on one server: SESSION_BUSY with the run."""
+        try:
+            await self.own_run()
+        except ServiceError:
+            await self._revalidate()
+            raise self.busy_error() from None
+        await self._revalidate()
 
     async def _admit_queued(self, turn: TurnRequest) -> Admission:
         settings = self.settings
@@ -333,6 +484,7 @@ class LiveSession:
             try:
                 async with self._lock:
                     await self._settle()
+                    await self._revalidate()
                     if self.record.state is SessionState.IDLE and self.run is None:
                         trigger = RunTrigger.ENQUEUED_TURN if waited else RunTrigger.TURN
                         return Admission(run=await self._start(replace(turn, trigger=trigger)))
@@ -351,18 +503,40 @@ class LiveSession:
         if self.run is None:
             self._queue.wake()
 
-    async def _start(self, turn: TurnRequest) -> ActiveRun:
+    async def _start(self, turn: TurnRequest, *, fresh: bool = False) -> ActiveRun:
         """Admits a run (lock held): one commit holds the run row, the transcript entries, the user message and
         run_started. With the stop flag set the run ends at once."""
         self.deps.gate.check()
         credential = self.require_credential()
         if self.record.state is not SessionState.IDLE or self.run is not None:
             raise self.busy_error()
+        slots = self.deps.run_slots
+        # Refused before anything is written or asked (the lease, hooks); released when the run's task ends.
+        slot = slots.acquire(self.tenant) if slots is not None else None
+        try:
+            await self.own_run()
+            try:
+                return await self._start_owned(turn, credential, fresh=fresh, slot=slot)
+            finally:
+                self.disown_run()
+        except BaseException:
+            if slot is not None:
+                slot.release()  # a second release is a no-op
+            raise
+
+    async def _start_owned(
+        self, turn: TurnRequest, credential: Credential, *, fresh: bool, slot: RunSlot | None
+    ) -> ActiveRun:
+        if not fresh and await self._revalidate() and self.record.state is not SessionState.IDLE:
+            raise self.busy_error()  # another replica started a run before this one took the lease
         admission = await prepare_admission(self, turn, credential, self.deps.event_log)
         run = admission.run
         if self.record.stop_requested:
+            if slot is not None:
+                slot.release()
             await admission.stopped_at_start(self.ledger)
             return run
+        self._slot = slot
         # The model request goes out while the admission commits (it only reads the history it is given); the
         # driver emits nothing until `admitted` is set.
         self.run = run
@@ -374,6 +548,7 @@ class LiveSession:
             run.admission_failed = True
             run.task.cancel()
             self.run = None
+            self._release_slot()
             raise
         run.admitted.set()
         return run
@@ -392,12 +567,16 @@ class LiveSession:
         await self.wait_until_exposed(call_id)
         async with self._lock:
             await self.wait_until_exposed(call_id)
-            run = self.run
-            last = run is not None and [r.call_id for r in run.waiting()] == [call_id]
-            credential = self.require_credential() if last else None
-            return await resolve_hosted(
-                self, run, call_id, result, ResolvedBy.SUBMIT, payload=payload_hash(result), credential=credential
-            )
+            async with self._resolving():
+                run = self.run
+                last = run is not None and [r.call_id for r in run.waiting()] == [call_id]
+                credential = self.require_credential() if last else None
+                payload = payload_hash(result)
+                return self._resumed(
+                    await resolve_hosted(
+                        self, run, call_id, result, ResolvedBy.SUBMIT, payload=payload, credential=credential
+                    )
+                )
 
     async def resolve_approval(self, call_id: str, answer: ApprovalAnswer) -> Resolution:
         """A person's answer to a call waiting for approval. The credential is resolved before the answer that
@@ -405,27 +584,46 @@ class LiveSession:
         await self.wait_until_exposed(call_id)
         async with self._lock:
             await self.wait_until_exposed(call_id)
-            run = self.run
-            call = next((r for r in run.round if r.call_id == call_id), None) if run is not None else None
-            stays = answer.decision is not ApprovalDecision.DENY and call is not None and call.kind is CallKind.HOSTED
-            last = run is not None and [r.call_id for r in run.waiting()] == [call_id] and not stays
-            credential = self.require_credential() if last else None
-            return await resolve_approval(self, run, call_id, answer, credential=credential)
+            async with self._resolving():
+                run = self.run
+                call = next((r for r in run.round if r.call_id == call_id), None) if run is not None else None
+                stays = (
+                    answer.decision is not ApprovalDecision.DENY and call is not None and call.kind is CallKind.HOSTED
+                )
+                last = run is not None and [r.call_id for r in run.waiting()] == [call_id] and not stays
+                credential = self.require_credential() if last else None
+                return self._resumed(await resolve_approval(self, run, call_id, answer, credential=credential))
+
+    @contextlib.asynccontextmanager
+    async def _resolving(self) -> AsyncIterator[None]:
+        """Resolving what a suspended run waits on (lock held): under the session's lease, taken before the state
+        is read again, so two replicas never resolve or continue the same run at once (SESSION_BUSY while
+        another replica holds it). Released afterwards unless the run continues here."""
+        await self.own_run()
+        try:
+            await self._revalidate()
+            yield
+        finally:
+            self.disown_run()
 
     async def _expire(self, call_id: str) -> None:
         async with self._lock:
-            run = self.run
-            call = next((r for r in run.pending() if r.call_id == call_id), None) if run is not None else None
-            if call is None:
-                return
             try:
-                if call.status is CallStatus.AWAITING_APPROVAL:
-                    await resolve_approval(self, run, call_id, timeout_answer(call), credential=None)
-                    return
-                result = CallResult(content=(TextPart(text="hosted tool timed out"),), is_error=True)
-                await resolve_hosted(self, run, call_id, result, ResolvedBy.TIMEOUT, payload="", credential=None)
+                async with self._resolving():  # another replica's sweeper may have resolved it first
+                    await self._expire_owned(call_id)
             except ServiceError:
                 logger.exception("could not time out tool call %s", call_id, extra={"category": "tool_result"})
+
+    async def _expire_owned(self, call_id: str) -> None:
+        run = self.run
+        call = next((r for r in run.pending() if r.call_id == call_id), None) if run is not None else None
+        if call is None:
+            return
+        if call.status is CallStatus.AWAITING_APPROVAL:
+            self._resumed(await resolve_approval(self, run, call_id, timeout_answer(call), credential=None))
+            return
+        result = CallResult(content=(TextPart(text="hosted tool timed out"),), is_error=True)
+        self._resumed(await resolve_hosted(self, run, call_id, result, ResolvedBy.TIMEOUT, payload="", credential=None))
 
     def restore_suspension(self, run: ActiveRun) -> None:
         """A suspended run read back from the store (after a restart or an eviction): its deadlines re-arm,

@@ -49,6 +49,7 @@ from general_agent_server.sessions.paging import decode_token, encode_token, fil
 from general_agent_server.sessions.serving import ServingGate
 from general_agent_server.sessions.settings import CoreSettings
 from general_agent_server.store.port import ListCursor, SessionExistsError, SessionQuery, SessionStore, WriteBatch
+from general_agent_server.tenants.quota import check_session_quota
 from general_agent_server.tools.runtime import ToolCatalog
 from general_agent_server.workspace.checkpoints.recorder import RestoreResult
 from general_agent_server.workspace.checkpoints.service import CheckpointPage, CheckpointService
@@ -113,6 +114,7 @@ class SessionService:
         )
 
     async def insert(self, record: SessionRecord, batch: WriteBatch) -> None:
+        await check_session_quota(self._store, self.settings.tenants, record.tenant)
         try:
             await self._store.create_session(record, batch=batch)
         except SessionExistsError:
@@ -176,7 +178,11 @@ class SessionService:
     async def get_session(self, ctx: CallContext, session_id: str) -> SessionView:
         check_session_id(session_id)
         loaded = self._cache.peek(ctx.tenant, session_id)
-        record = loaded.record if loaded is not None else await self._store.get_session(ctx.tenant, session_id)
+        # Another replica may have changed a copy whose run does not execute here: the store has the truth.
+        local = loaded is not None and loaded.owns_run
+        record = (
+            loaded.record if loaded is not None and local else await self._store.get_session(ctx.tenant, session_id)
+        )
         if record is None:
             raise session_not_found(session_id)
         return self.view(record)

@@ -4,11 +4,12 @@ are not settings, have their values here."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from general_agent_server.domain.validation import InputLimits
 from general_agent_server.hooks.plugins import PluginMode
+from general_agent_server.tenants.rules import TenantRules
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -55,6 +56,9 @@ class CoreSettings:
     approval_policy: tuple[str, ...]
     approval_timeout: float
     memory_backend: str = "local"
+    max_concurrent_runs: int = 0
+    # Per-tenant rules: exec, approval policy, limits (tenants/rules.py).
+    tenants: TenantRules = field(default_factory=TenantRules)
     # Internal constants, not settings:
     # sequences reserved in the session record per block, so a crash never reuses one;
     sequence_block: int = 4096

@@ -117,6 +117,10 @@ class InMemorySessionStore:
         found.sort(key=lambda r: r.update_time, reverse=True)
         return await self._read(found[:limit])
 
+    async def count_sessions(self, tenant: str) -> int:
+        """The tenant's sessions (tenants/quota.py)."""
+        return await self._read(sum(1 for t, _ in self._tables().sessions if t == tenant))
+
     async def delete_session(self, tenant: str, session_id: str) -> bool:
         deleted = self._tables().delete_session((tenant, session_id))
         await asyncio.sleep(0)

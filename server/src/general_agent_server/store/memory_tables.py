@@ -65,6 +65,9 @@ class Tables:
         key = (batch.tenant, batch.session_id)
         if batch.session is not None:
             self.sessions[(batch.session.tenant, batch.session.session_id)].record = batch.session
+        row = self.sessions.get(key)
+        if batch.release_lease and row is not None and row.lease_owner == batch.release_lease:
+            row.lease_owner, row.lease_expires = "", 0.0
         if batch.replace_history:
             self.history.pop(key, None)
         for i, message in enumerate(batch.history):

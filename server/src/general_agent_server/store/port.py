@@ -101,6 +101,9 @@ class WriteBatch:
     idempotency: IdempotencyRecord | None = None
     # Hook registrations of this session as (plugin_id, registration JSON), stored (or replaced) with the step.
     hook_registrations: list[tuple[str, str]] = field(default_factory=list)
+    # The owner whose session lease the batch frees (when its run ends or suspends), in the same transaction,
+    # so no replica ever sees the run over while the lease still holds. Another owner's lease is left alone.
+    release_lease: str = ""
 
 
 class StoreLifecycle(Protocol):

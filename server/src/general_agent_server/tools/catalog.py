@@ -65,7 +65,10 @@ def builtin_catalog(settings: ServerSettings) -> ToolCatalog:
     tools["web_fetch"] = WebFetchTool.from_settings(settings)
     tools["web_search"] = WebSearchTool.from_settings(settings)
     ordered = {name: tools[name] for name in BUILTIN_NAMES if name in tools}
-    return ToolCatalog(builtins=ordered, limits=settings.tool_limits())
+    rules = settings.tenant_rules()
+    return ToolCatalog(
+        builtins=ordered, limits=settings.tool_limits(), withheld=rules.withheld_tools if rules.auth_enabled else None
+    )
 
 
 def exec_user(settings: ServerSettings) -> CommandUser | None:

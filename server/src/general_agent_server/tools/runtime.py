@@ -266,6 +266,8 @@ class ToolCatalog:
     builtins: Mapping[str, LocalTool] = field(default_factory=dict)
     limits: ToolLimits = field(default_factory=ToolLimits)
     session_tools: SessionTools | None = None
+    # Built-in tools a tenant's sessions are not offered (exec without the operator's leave, tenants/rules.py).
+    withheld: Callable[[str], frozenset[str]] | None = None
 
     def for_session(
         self,
@@ -281,8 +283,9 @@ class ToolCatalog:
         tools in every mode (the host chose them), subject to `allowed`. An MCP tool never takes a built-in's name."""
         chosen: dict[str, LocalTool] = {}
         own = self.session_tools.tools_for(record) if self.session_tools is not None and record is not None else ()
+        withheld = self.withheld(record.tenant) if self.withheld is not None and record is not None else frozenset()
         for name, tool in [*self.builtins.items(), *((t.spec.name, t) for t in own)]:
-            if not coding and not tool.spec.read_only:
+            if (not coding and not tool.spec.read_only) or name in withheld:
                 continue
             if allowed and name not in allowed:
                 continue

@@ -22,6 +22,11 @@ def apply_write(conn: sqlite3.Connection, batch: WriteBatch, operation: Operatio
         operation.run(conn, batch)
     if batch.session is not None:
         _update_session(conn, batch.session)
+    if batch.release_lease:
+        conn.execute(
+            "UPDATE sessions SET lease_owner='', lease_expires_us=0 WHERE tenant=? AND session_id=? AND lease_owner=?",
+            (batch.tenant, batch.session_id, batch.release_lease),
+        )
     _write_history(conn, batch)
     _write_transcript(conn, batch)
     _write_events(conn, batch)

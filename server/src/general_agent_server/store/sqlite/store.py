@@ -19,6 +19,7 @@ from general_agent_server.domain.history import HistoryMessage
 from general_agent_server.domain.records import IdempotencyRecord, RunRecord, RunStatus, ToolCallRecord
 from general_agent_server.domain.session import SessionRecord
 from general_agent_server.domain.transcript import TranscriptEntry
+from general_agent_server.observability.port import Observer
 from general_agent_server.store.port import ListCursor, SessionQuery, StoreError, WriteBatch
 from general_agent_server.store.sqlite import checkpoints
 from general_agent_server.store.sqlite.operations import (
@@ -113,6 +114,15 @@ class SqliteSessionStore:
     ) -> list[SessionRecord]:
         sql, params = list_sessions_query(tenant, query, after, limit)
         return [record_from_row(tuple(r)) for r in await self._fetch_all(sql, params)]
+
+    def observe(self, observer: Observer) -> None:
+        """Group commits are reported to `observer` (metrics, observability/port.py)."""
+        self._writer.observer = observer
+
+    async def count_sessions(self, tenant: str) -> int:
+        """The tenant's sessions (tenants/quota.py)."""
+        row = await self._fetch_one("SELECT COUNT(*) FROM sessions WHERE tenant=?", (tenant,))
+        return int(row[0])
 
     async def delete_session(self, tenant: str, session_id: str) -> bool:
         marker = DeleteSession()

@@ -13,11 +13,13 @@ import concurrent.futures
 import contextlib
 import logging
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from general_agent_server.observability.port import Observer
 from general_agent_server.store.port import StoreError, WriteBatch
 from general_agent_server.store.sqlite.batch import apply_write
 from general_agent_server.store.sqlite.migrations import migrate
@@ -51,6 +53,8 @@ class GroupCommitWriter:
         self._queue: asyncio.Queue[QueuedWrite | None] = asyncio.Queue()
         self._urgent = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # Told each group commit's latency and size (observability/port.py); None: nobody asks.
+        self.observer: Observer | None = None
 
     # ------------------------------------------------------------------ life cycle
     async def connect(self) -> None:
@@ -135,7 +139,10 @@ class GroupCommitWriter:
             await self._commit_group(rest)
 
     async def _commit_group(self, group: list[QueuedWrite]) -> None:
+        started = time.perf_counter()
         errors = await self._on_thread(self._commit_group_sync, group)
+        if self.observer is not None:
+            self.observer.store_commit(time.perf_counter() - started, len(group))
         for item, error in zip(group, errors, strict=True):
             _settle(item, error)
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from general_agent_server.domain.session import SessionState
-from general_agent_server.store.port import SessionStore, WriteBatch
+from general_agent_server.store.port import SessionStore, VersionConflictError, WriteBatch
 from general_agent_server.store.testing.base import StoreConformance, async_tests
 from general_agent_server.store.testing.factories import bump, make_session, new_id, new_tenant
 from general_agent_server.store.testing.helpers import all_events, create
@@ -103,3 +105,26 @@ class LeaseConformance(StoreConformance):
         # Created later, it starts unleased.
         await create(store, make_session(tenant, sid))
         assert await store.acquire_lease(tenant, sid, "owner-b", ttl_seconds=60) is True
+
+    async def test_a_batch_releases_its_owners_lease_with_its_commit(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        v1 = await create(store, make_session(tenant, sid, version=1))
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=60) is True
+        # Another owner's name frees nothing.
+        v2 = bump(v1, state=SessionState.RUNNING)
+        await store.write(WriteBatch(tenant=tenant, session_id=sid, session=v2, release_lease="owner-b"))
+        assert await store.acquire_lease(tenant, sid, "owner-b", ttl_seconds=60) is False
+        # The owner's own batch frees it atomically with the state it commits.
+        v3 = bump(v2, state=SessionState.IDLE)
+        await store.write(WriteBatch(tenant=tenant, session_id=sid, session=v3, release_lease="owner-a"))
+        assert await store.get_session(tenant, sid) == v3
+        assert await store.acquire_lease(tenant, sid, "owner-b", ttl_seconds=60) is True
+
+    async def test_a_batch_that_fails_its_compare_and_set_keeps_the_lease(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        v1 = await create(store, make_session(tenant, sid, version=1))
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=60) is True
+        stale = bump(bump(v1))
+        with pytest.raises(VersionConflictError):
+            await store.write(WriteBatch(tenant=tenant, session_id=sid, session=stale, release_lease="owner-a"))
+        assert await store.acquire_lease(tenant, sid, "owner-b", ttl_seconds=60) is False

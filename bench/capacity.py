@@ -1,0 +1,180 @@
+"""Capacity of one server process:
+
+- `concurrency`: closed-loop text turns from 50 and from 200 concurrent sessions (one asyncio task per
+  session in this process) for a fixed time, against the bare SDK with the same number of concurrent
+  conversations (each growing its history as the service grows its session's); service and baseline
+  phases alternate. Turns/s, errors, and the server's event-loop lag p99 during the 200-session phases
+  (bench.serve_probe's 10 ms sleep probe).
+- `memory`: RSS growth of the server per idle loaded session (1,000 sessions, one turn each, all kept in
+  the idle cache) and per open WatchSession stream (1,000 streams).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from bench.common import BenchContext, MeasuredWindow, Result, environment, loadavg, percentile, process_rss_kb, temp_workdir
+from bench.harness import (
+    BaselineClient,
+    Conversation,
+    ServiceClient,
+    fake_last,
+    row,
+    start_bench_service,
+    start_fast_fake,
+)
+from general_agent.v1 import turn_pb2
+
+LEVELS: Final = (50, 200)
+
+
+async def _closed_loop(count: int, seconds: float, turn: Callable[[int], Awaitable[None]]) -> tuple[float, int]:
+    """`count` tasks each running turns back to back for `seconds`: (completed turns/s, errors)."""
+    done = errors = 0
+    deadline = time.perf_counter() + seconds
+
+    async def worker(i: int) -> None:
+        nonlocal done, errors
+        while time.perf_counter() < deadline:
+            try:
+                await turn(i)
+            except Exception:
+                errors += 1
+                await asyncio.sleep(0.01)
+            else:
+                if time.perf_counter() <= deadline:
+                    done += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(count)))
+    return done / min(seconds, time.perf_counter() - t0), errors
+
+
+def _lag(pid: int, path: Any) -> list[float]:
+    os.kill(pid, signal.SIGUSR1)
+    for _ in range(200):
+        with contextlib.suppress(OSError, ValueError):
+            data: list[float] = json.loads(path.read_text())
+            path.unlink()
+            return data
+        time.sleep(0.01)
+    return []
+
+
+async def concurrency(ctx: BenchContext) -> Result:
+    seconds, rounds = (1.0, 1) if ctx.quick else (4.0, 3)
+    async with contextlib.AsyncExitStack() as stack:
+        workdir = temp_workdir(stack, "bench-load-")
+        lag_file = workdir / "lag.json"
+        fake, base_url = await start_fast_fake(stack, workdir, ctx.cpus.fake)
+        service, address = await start_bench_service(stack, workdir, ctx.cpus.service, base_url, lag_file=lag_file)
+        svc = ServiceClient(address)
+        stack.push_async_callback(svc.close)
+        base = BaselineClient(base_url)
+        stack.push_async_callback(base.close)
+        await svc.turn(await svc.create())
+        template = fake_last(base_url)
+        rows: list[dict[str, Any]] = []
+        lag: list[float] = []
+        figures: dict[str, Any] = {}
+        for count in LEVELS:
+            sessions = [await svc.create() for _ in range(count)]
+            convs = [Conversation(template) for _ in range(count)]
+
+            async def base_turn(i: int) -> None:
+                sample = await base.call(convs[i].request())
+                convs[i].record("hi", sample.text)
+
+            async def svc_turn(i: int) -> None:
+                await svc.turn(sessions[i])
+
+            base_rates: list[float] = []
+            svc_rates: list[float] = []
+            errors = [0, 0]
+            await _closed_loop(count, 0.3, svc_turn)  # warm-up
+            await _closed_loop(count, 0.3, base_turn)
+            for _ in range(rounds):
+                rate, err = await _closed_loop(count, seconds, base_turn)
+                base_rates.append(rate)
+                errors[0] += err
+                _lag(service.pid, lag_file)
+                with MeasuredWindow(service, fake) as window:
+                    rate, err = await _closed_loop(count, seconds, svc_turn)
+                svc_rates.append(rate)
+                errors[1] += err
+                if count == LEVELS[-1]:
+                    lag += _lag(service.pid, lag_file)
+                figures[f"{count} sessions: client CPU % during service phase"] = round(100 * window.self_cpu / window.wall, 1)
+                figures[f"{count} sessions: service CPU %"] = round(100 * window.service_cpu / window.wall, 1)
+            svc_rate, base_rate = sorted(svc_rates)[len(svc_rates) // 2], sorted(base_rates)[len(base_rates) // 2]
+            r = row(f"{count} concurrent sessions, turns/s", svc_rate, base_rate, unit="turns/s", min_ratio=0.6)
+            if errors[1]:
+                r["pass"] = False
+            r["errors (service, baseline)"] = errors[1], errors[0]
+            figures[f"{count} sessions: errors service / baseline"] = f"{errors[1]} / {errors[0]}"
+            rows.append(r)
+        lag.sort()
+        rows.append(row(f"event-loop lag p99 under {LEVELS[-1]} sessions", percentile(lag, 99), None, max_value=2.0))
+        figures["loop lag samples / max ms"] = f"{len(lag)} / {lag[-1] if lag else float('nan'):.2f}"
+    return {
+        "benchmark": "concurrency",
+        "title": "turns/s of one process under concurrent sessions",
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "environment": environment(ctx.cpus),
+        "configuration": {"phase": f"{seconds}s × {rounds} alternating rounds", "loadavg at end": loadavg()},
+        "rows": rows,
+        "cpu": figures,
+        "notes": window.notes(ctx.cpus),
+    }
+
+
+async def memory(ctx: BenchContext) -> Result:
+    sessions_n = 50 if ctx.quick else 1000
+    async with contextlib.AsyncExitStack() as stack:
+        workdir = temp_workdir(stack, "bench-memory-")
+        fake, base_url = await start_fast_fake(stack, workdir, ctx.cpus.fake)
+        service, address = await start_bench_service(
+            stack, workdir, ctx.cpus.service, base_url, extra_args=("--max-idle-sessions", str(2 * sessions_n + 10))
+        )
+        svc = ServiceClient(address)
+        stack.push_async_callback(svc.close)
+        for _ in range(3):
+            await svc.turn(await svc.create())
+        await asyncio.sleep(0.5)
+        rss0 = process_rss_kb(service.pid)
+        sessions = []
+        for _ in range(sessions_n):
+            sessions.append(await svc.create())
+            await svc.turn(sessions[-1])
+        await asyncio.sleep(0.5)
+        rss1 = process_rss_kb(service.pid)
+        calls = [svc.stub.WatchSession(turn_pb2.WatchSessionRequest(session_id=sid)) for sid in sessions]
+        # A watch first replays the session's events; one read per stream means the server holds it.
+        await asyncio.gather(*(call.read() for call in calls))
+        await asyncio.sleep(0.5)
+        rss2 = process_rss_kb(service.pid)
+        for call in calls:
+            call.cancel()
+    per_session = (rss1 - rss0) / sessions_n
+    per_watch = (rss2 - rss1) / sessions_n
+    rows = [
+        row(f"RSS per idle loaded session ({sessions_n})", per_session, None, unit="KB", max_value=100.0),
+        row(f"RSS per open watch stream ({sessions_n})", per_watch, None, unit="KB", max_value=30.0),
+    ]
+    return {
+        "benchmark": "memory",
+        "title": "server RSS per idle loaded session and per open watch stream",
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "environment": environment(ctx.cpus),
+        "configuration": {"sessions": sessions_n, "each": "one text turn (2 history messages), then idle"},
+        "rows": rows,
+        "cpu": {"RSS before / after sessions / after watches, MB": f"{rss0 / 1024:.1f} / {rss1 / 1024:.1f} / {rss2 / 1024:.1f}"},
+        "notes": [],
+    }

@@ -1,0 +1,63 @@
+"""`python -m bench.serve_probe serve ...`: `general-agent serve ...` with an event-loop lag probe.
+
+With BENCH_LAG_FILE set, a task on the server's loop sleeps 10 ms at a time and records how late each
+wake-up was; SIGUSR1 writes the samples recorded since the previous SIGUSR1 to BENCH_LAG_FILE (JSON list
+of milliseconds, written atomically) and starts a new window. Without it this is `general-agent`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from general_agent_server.cli import main
+
+_INTERVAL = 0.01
+_samples: list[float] = []
+
+
+async def _probe() -> None:
+    while True:
+        t0 = time.perf_counter()
+        await asyncio.sleep(_INTERVAL)
+        _samples.append((time.perf_counter() - t0 - _INTERVAL) * 1000)
+
+
+def _dump(path: Path) -> None:
+    data = list(_samples)
+    _samples.clear()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps([round(x, 4) for x in data]))
+    os.replace(tmp, path)
+
+
+class _ProbedPolicy(asyncio.DefaultEventLoopPolicy):
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        loop = super().new_event_loop()
+        tasks: list[asyncio.Task[None]] = []
+        loop.call_soon(lambda: tasks.append(loop.create_task(_probe())))
+        return loop
+
+
+def run(argv: list[str]) -> int:
+    lag_file = os.environ.get("BENCH_LAG_FILE")
+    if lag_file:
+        path = Path(lag_file)
+
+        def on_usr1(signum: int, frame: FrameType | None) -> Any:
+            _dump(path)
+
+        signal.signal(signal.SIGUSR1, on_usr1)
+        asyncio.set_event_loop_policy(_ProbedPolicy())
+    return main(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(run(sys.argv[1:]))

@@ -1,0 +1,71 @@
+"""PostgresSessionStore against the same conformance suite as SQLite (store.testing), on a real PostgreSQL
+(tests/support/postgres.py), plus what only PostgreSQL shows: migrations and the store URL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from general_agent_server.store.port import SessionStore, StoreError
+from general_agent_server.store.postgres import DsnError, PostgresSessionStore, parse_store_url
+from general_agent_server.store.postgres.schema import MIGRATIONS
+from general_agent_server.store.testing import SessionStoreConformance
+from general_agent_server.store.testing.factories import full_session, new_id, new_tenant
+
+
+class TestPostgresStore(SessionStoreConformance):
+    @pytest.fixture(autouse=True)
+    def _url(self, postgres_url: str) -> None:
+        self.url = postgres_url
+
+    def make_store(self, directory: Path) -> SessionStore:
+        return PostgresSessionStore(parse_store_url(self.url), flush_interval=0.005)
+
+    async def test_schema_version_equals_number_of_migrations(self, store: PostgresSessionStore) -> None:
+        conn = await asyncpg.connect(**store.dsn.connect_kwargs())
+        try:
+            assert await conn.fetchval("SELECT max(version) FROM general_agent_schema") == len(MIGRATIONS)
+        finally:
+            await conn.close()
+
+    async def test_reopening_keeps_data_and_migrations_are_no_ops(self, store: PostgresSessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        await store.create_session(full_session(tenant, sid))
+        again = PostgresSessionStore(store.dsn)
+        await again.open()
+        try:
+            assert await again.get_session(tenant, sid) == full_session(tenant, sid)
+        finally:
+            await again.close()
+
+
+def test_a_password_in_the_url_is_refused_naming_the_field_and_never_repeated() -> None:
+    with pytest.raises(DsnError) as caught:
+        parse_store_url("postgresql://agent:hunter2-secret@db.example:5432/agents")
+    assert str(caught.value).startswith("store:")
+    assert "hunter2-secret" not in str(caught.value)
+
+
+def test_the_password_comes_from_outside_the_url_and_is_never_shown() -> None:
+    dsn = parse_store_url("postgresql://agent@db.example:6543/agents", password="hunter2-secret")
+    assert dsn.connect_kwargs()["password"] == "hunter2-secret"
+    assert (dsn.host, dsn.port, dsn.user, dsn.database) == ("db.example", 6543, "agent", "agents")
+    assert "hunter2-secret" not in dsn.redacted + repr(dsn)
+    assert dsn.scrub("auth failed for hunter2-secret") == "auth failed for [REDACTED]"
+
+
+@pytest.mark.parametrize("url", ["mysql://a@h/d", "postgresql://h/d", "postgresql://a@h", "postgresql://a@h:x/d"])
+def test_malformed_urls_are_refused(url: str) -> None:
+    with pytest.raises(DsnError, match=r"^store:"):
+        parse_store_url(url)
+
+
+async def test_an_unreachable_database_fails_open_without_the_password(postgres_url: str) -> None:
+    dsn = parse_store_url(postgres_url.replace("postgresql://postgres@", "postgresql://nobody@"), password="pw-x1")
+    store = PostgresSessionStore(dsn)
+    with pytest.raises(StoreError) as caught:
+        await store.open()
+    assert "pw-x1" not in str(caught.value)
+    assert dsn.redacted in str(caught.value)

@@ -1,0 +1,127 @@
+"""Two real `general-agent serve` replicas on one store (docs/deployment.md, "Replicas"): any replica serves any
+session; a replica SIGKILLed mid-run has the run marked interrupted by the other once its lease expires, and the
+session goes on there; calls a killed replica left suspended are answered on the other at once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from general_agent.testing import FakeAnthropicThread, Reply, TextBlock, TextReply, ToolUseBlock
+from general_agent.v1 import event_pb2, hosted_tool_pb2, session_pb2
+from general_agent.v1 import turn_pb2 as turn_api
+from tests.support.events import last_of, text_of
+from tests.support.replicas import Replicas
+from tests.support.rpc import Stub, connect, create_session, events_after, get_session, stream_turn
+from tests.support.runs import start_hanging_run
+from tests.support.subprocess_server import ServerProcesses
+
+LOOKUP_SCHEMA = '{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}'
+
+
+@pytest.fixture(params=["sqlite"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """The shared store: "" is the SQLite file of the shared state directory."""
+    return ""
+
+
+@pytest.fixture
+def replicas(server_processes: ServerProcesses, tmp_path: Path, store_url: str) -> Replicas:
+    state = tmp_path / "shared-state"
+    state.mkdir()
+    return Replicas(processes=server_processes, state_dir=state, store_url=store_url)
+
+
+async def turn_when_free(stub: Stub, session_id: str, text: str, timeout: float = 60.0) -> list[Any]:
+    """A turn, retried while the session is SESSION_BUSY (a dead replica's lease has not expired yet)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await stream_turn(stub, session_id, text)
+        except grpc.aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.FAILED_PRECONDITION or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.1)
+
+
+async def test_a_session_created_on_one_replica_turns_on_the_other(
+    replicas: Replicas, fake_model_thread: FakeAnthropicThread
+) -> None:
+    a, b = replicas.make("replica-a"), replicas.make("replica-b")
+    address_a, address_b = a.start(), b.start()
+    async with connect(address_a) as stub_a, connect(address_b) as stub_b:
+        sid = (await create_session(stub_a, system_prompt="be brief")).identity.session_id
+        fake_model_thread.enqueue(TextReply("hello from b"), TextReply("hello from a"))
+        assert text_of(await stream_turn(stub_b, sid, "hi b")) == "hello from b"
+        assert text_of(await stream_turn(stub_a, sid, "hi a")) == "hello from a"
+        assert [m["role"] for m in fake_model_thread.requests[-1].messages] == ["user", "assistant", "user"]
+        on_b = await get_session(stub_b, sid)
+        assert on_b.history_message_count == 4
+        assert on_b.last_sequence == (await get_session(stub_a, sid)).last_sequence
+
+
+async def test_a_replica_killed_mid_run_has_its_run_marked_interrupted_and_the_session_continues(
+    replicas: Replicas, fake_model_thread: FakeAnthropicThread
+) -> None:
+    a, b = replicas.make("replica-a"), replicas.make("replica-b")
+    address_a, address_b = a.start(), b.start()
+    async with connect(address_a) as stub_a, connect(address_b) as stub_b:
+        sid = (await create_session(stub_a)).identity.session_id
+        run = await start_hanging_run(stub_a, fake_model_thread, sid, "long task")
+        assert (await get_session(stub_b, sid)).state == session_pb2.SESSION_STATE_RUNNING
+        a.kill()
+        run.call.cancel()
+        run.reply.release()
+
+        fake_model_thread.enqueue(TextReply("carrying on"))
+        events = await turn_when_free(stub_b, sid, "still there?")
+        assert text_of(events) == "carrying on"
+        log = await events_after(stub_b, sid, 0, events[-1].sequence)
+        finished = [e for e in log if e.WhichOneof("event") == "run_finished"]
+        assert [(f.run_id, f.run_finished.outcome, f.run_finished.reason) for f in finished] == [
+            (run.run_id, event_pb2.RUN_OUTCOME_FAILED, event_pb2.RUN_REASON_INTERRUPTED),
+            (events[0].run_id, event_pb2.RUN_OUTCOME_COMPLETED, event_pb2.RUN_REASON_UNSPECIFIED),
+        ]
+        # Sequences A sent before it died are never reused.
+        assert finished[0].sequence > max(e.sequence for e in run.seen)
+        assert (await get_session(stub_b, sid)).state == session_pb2.SESSION_STATE_IDLE
+
+
+async def test_calls_a_killed_replica_left_pending_complete_on_the_other_at_once(
+    replicas: Replicas, fake_model_thread: FakeAnthropicThread
+) -> None:
+    replicas.lease_ttl = 600.0  # the submit must not wait for any lease: a suspended session has no owner
+    a, b = replicas.make("replica-a"), replicas.make("replica-b")
+    address_a, address_b = a.start(), b.start()
+    ids = ["toolu_1", "toolu_2"]
+    fake_model_thread.enqueue(
+        Reply(
+            blocks=[TextBlock("Looking up."), *(ToolUseBlock(id=i, name="lookup", input={"q": i}) for i in ids)],
+            stop_reason="tool_use",
+        ),
+        TextReply("Both answered."),
+    )
+    async with connect(address_a) as stub_a, connect(address_b) as stub_b:
+        lookup = hosted_tool_pb2.HostedToolDefinition(name="lookup", input_schema_json=LOOKUP_SCHEMA)
+        sid = (await create_session(stub_a, hosted_tools=[lookup])).identity.session_id
+        first = await stream_turn(stub_a, sid, "look both up")
+        assert last_of(first, "run_finished").outcome == event_pb2.RUN_OUTCOME_SUSPENDED
+        a.kill()
+
+        streams = []
+        for call_id in ids:
+            request = turn_api.SubmitHostedToolResultRequest(session_id=sid, call_id=call_id, output_json='"42"')
+            streams.append([r.event async for r in stub_b.SubmitHostedToolResult(request)])
+        final = streams[-1]
+        assert text_of(final) == "Both answered."
+        assert last_of(final, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
+        assert final[0].run_id == first[0].run_id
+        assert last_of(streams[0], "run_finished").outcome == event_pb2.RUN_OUTCOME_SUSPENDED
+        request_messages = fake_model_thread.requests[-1].messages
+        assert [m["role"] for m in request_messages] == ["user", "assistant", "user"]
+        assert [b["tool_use_id"] for b in request_messages[-1]["content"]] == ids

@@ -1,0 +1,84 @@
+"""Per-tenant rules over gRPC (docs/security.md): `exec` is offered to a tenant's sessions only where the
+operator enabled it, and concurrent runs are bounded per tenant and per server — a turn past the bound is
+refused RESOURCE_EXHAUSTED `RESOURCE_LIMIT` with RetryInfo, before anything is written, while other tenants'
+turns go on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+
+from general_agent.testing import FakeAnthropic, HangReply
+from general_agent.v1 import server_info_pb2, session_pb2
+from tests.conftest import ServerFactory
+from tests.support.rpc import create_session, read_until, rpc_error, stream_turn, turn_call
+from tests.support.tenants import ADMIN, ALICE, BOB, auth_env, stub_as
+
+CODING = session_pb2.SessionIdentity(mode=session_pb2.SESSION_MODE_CODING)
+
+
+def offered_tools(fake: FakeAnthropic) -> set[str]:
+    return {tool["name"] for tool in fake.requests[-1].body.get("tools", [])}
+
+
+async def test_exec_is_offered_only_where_the_operator_enabled_it(
+    server_factory: ServerFactory, tmp_path: Path, fake_model: FakeAnthropic
+) -> None:
+    server = await server_factory(auth_env(tmp_path, "\n[tenants.bob]\nexec = true\n"))
+    offered = {}
+    for name, token in (("alice", ALICE), ("bob", BOB), ("ops", ADMIN)):
+        async with stub_as(server.address, token) as stub:
+            session = await create_session(stub, identity=CODING)
+            await stream_turn(stub, session.identity.session_id, "list the files")
+            offered[name] = offered_tools(fake_model)
+    assert "read" in offered["alice"]
+    assert not {"exec", "process"} & offered["alice"]
+    assert {"exec", "process"} <= offered["bob"]  # enabled for the tenant
+    assert {"exec", "process"} <= offered["ops"]  # the operator's own tenant
+
+
+async def test_runs_past_a_tenants_bound_are_refused_with_retry_info(
+    server_factory: ServerFactory, tmp_path: Path, fake_model: FakeAnthropic
+) -> None:
+    server = await server_factory(auth_env(tmp_path, "\n[tenants.alice]\nmax_concurrent_runs = 1\n"))
+    hang = HangReply(after_events=2)
+    fake_model.enqueue(hang)
+    async with stub_as(server.address, ALICE) as alice, stub_as(server.address, BOB) as bob:
+        first = (await create_session(alice)).identity.session_id
+        second = (await create_session(alice)).identity.session_id
+        running = turn_call(alice, first, "a long one")
+        await read_until(running, "run_started")
+        error = await rpc_error(turn_call(alice, second, "one more"))
+        assert (error.code, error.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "RESOURCE_LIMIT")
+        assert error.retry_delay is not None
+        assert error.retry_delay > 0
+        assert error.metadata["setting"] == "max_concurrent_runs_per_tenant"
+        requests = len(fake_model.requests)
+        # Another tenant is not held up by alice's bound.
+        other = (await create_session(bob)).identity.session_id
+        assert (await stream_turn(bob, other, "hi"))[-1].WhichOneof("event") == "run_finished"
+        hang.release()
+        async for _ in running:
+            pass
+        assert len(fake_model.requests) == requests + 1  # the refused turn never reached the model
+        # The slot is free again once the run ended.
+        assert (await stream_turn(alice, second, "now"))[-1].WhichOneof("event") == "run_finished"
+
+
+async def test_the_server_wide_bound_applies_to_every_tenant(
+    server_factory: ServerFactory, tmp_path: Path, fake_model: FakeAnthropic
+) -> None:
+    server = await server_factory(auth_env(tmp_path, max_concurrent_runs="1"))
+    hang = HangReply(after_events=2)
+    fake_model.enqueue(hang)
+    async with stub_as(server.address, ALICE) as alice, stub_as(server.address, BOB) as bob:
+        info = await alice.GetServerInfo(server_info_pb2.GetServerInfoRequest())
+        assert info.limits.max_concurrent_runs == 1
+        running = turn_call(alice, (await create_session(alice)).identity.session_id, "a long one")
+        await read_until(running, "run_started")
+        error = await rpc_error(turn_call(bob, (await create_session(bob)).identity.session_id, "hi"))
+        assert (error.code, error.metadata["setting"]) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "max_concurrent_runs")
+        hang.release()
+        async for _ in running:
+            pass
