@@ -75,6 +75,7 @@ generate: $(VENV)/.installed node_modules/.installed $(BIN)/protoc-gen-go $(BIN)
 	$(PROTOC) --python_out=$(PY_GEN_OUT) --mypy_out=$(PY_GEN_OUT) $(patsubst proto/%,%,$(PROTO_FILES))
 	$(PROTOC) --grpc_python_out=$(PY_GEN_OUT) --mypy_grpc_out=$(PY_GEN_OUT) $(patsubst proto/%,%,$(SERVICE_PROTO_FILES))
 	buf generate --path proto/general_agent
+	buf generate --template buf.gen.ts-errors.yaml --path third_party/googleapis/google/rpc/error_details.proto
 	cd clients/go && go mod tidy
 
 .PHONY: check-generated

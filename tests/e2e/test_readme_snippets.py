@@ -17,15 +17,22 @@ How each kind of snippet runs:
   recurse.
 - toml: a configuration file: the server starts with it (`--config`) and knows the auth profile it defines; one
   that configures tokens, client certificates, TLS or tenants is run by tests/e2e/snippet_trust.py.
+- go: a `package main` program, written to a scratch directory inside the clients/go module (where
+  clients/go/examples/ programs live) and run with `go run`; ts: a program written to a scratch directory inside
+  clients/ts (beside examples/) and run with tsx. Both exit 0; one that answers approvals (`OnApproval` /
+  `onApproval`) gets a model that calls `write` and the hosted `lookup`, and must print "Approve write?" and the
+  outcome RUN_OUTCOME_COMPLETED; one that streams a turn prints the fake model's "ok".
 A snippet of any other kind fails until a way to run it is added here: none is skipped silently."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Callable
@@ -39,7 +46,7 @@ from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUse
 from general_agent.v1 import agent_service_pb2_grpc, content_pb2, hook_registration_pb2, session_pb2
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
-from tests.e2e.conftest import REPO, describe_run
+from tests.e2e.conftest import GO_CLIENT_DIR, REPO, TS_CLIENT_DIR, TSX, describe_run
 from tests.e2e.snippet_trust import configures_trust, run_trust_toml
 from tests.support.events import last_of
 from tests.support.subprocess_server import ServerProcess, ServerProcesses
@@ -275,11 +282,53 @@ def run_toml(snippet: Snippet, servers: Servers) -> None:
         assert unknown.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-RUNNERS: dict[str, Callable[[Snippet, Servers], None]] = {"python": run_python, "sh": run_sh, "toml": run_toml}
+# ---------------------------------------------------------------------------------------------------- go, ts
+
+
+def run_client_program(
+    snippet: Snippet, servers: Servers, client_dir: Path, file_name: str, command: list[str]
+) -> None:
+    server = servers.start()
+    approvals = "OnApproval" in snippet.code or "onApproval" in snippet.code
+    if approvals:
+        write = ToolUseBlock(id="toolu_w", name="write", input={"path": "notes.txt", "content": "notes"})
+        lookup = ToolUseBlock(id="toolu_l", name="lookup", input={"q": "go"})
+        servers.fake.enqueue(Reply(blocks=[write, lookup], stop_reason="tool_use"), TextReply("written"))
+    scratch = Path(tempfile.mkdtemp(prefix="_snippet-", dir=client_dir))  # `_`: never matched by ./...
+    try:
+        (scratch / file_name).write_text(snippet.against(server.address))
+        result = run([*command, f"./{scratch.name}/{file_name}"], cwd=client_dir, server=server)
+    finally:
+        shutil.rmtree(scratch)
+    if approvals:
+        assert result.stdout.startswith("Approve write?\n"), describe_run(result, server)
+        assert result.stdout.endswith("RUN_OUTCOME_COMPLETED\n"), describe_run(result, server)
+        assert "written" in result.stdout, describe_run(result, server)
+    else:
+        assert result.stdout.startswith("ok\n"), describe_run(result, server)  # the fake model's reply
+    if "no-such-session" in snippet.code:
+        assert result.stdout.splitlines()[-1] in {"NotFound", "SESSION_NOT_FOUND"}, describe_run(result, server)
+
+
+def run_go(snippet: Snippet, servers: Servers) -> None:
+    run_client_program(snippet, servers, GO_CLIENT_DIR, "main.go", ["go", "run"])
+
+
+def run_ts(snippet: Snippet, servers: Servers) -> None:
+    run_client_program(snippet, servers, TS_CLIENT_DIR, "main.ts", [str(TSX)])
+
+
+RUNNERS: dict[str, Callable[[Snippet, Servers], None]] = {
+    "python": run_python,
+    "sh": run_sh,
+    "toml": run_toml,
+    "go": run_go,
+    "ts": run_ts,
+}
 
 
 def test_the_documents_have_snippets() -> None:
-    assert {s.language for s in ALL_SNIPPETS} >= {"python", "sh", "toml"}
+    assert {s.language for s in ALL_SNIPPETS} >= {"python", "sh", "toml", "go", "ts"}
     assert sum(s.language == "python" for s in ALL_SNIPPETS) >= 2
 
 

@@ -26,9 +26,9 @@
 
 import { parseArgs } from "node:util";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
+import { errorDetails } from "./agent.js";
 import { AgentService } from "./gen/general_agent/v1/agent_service_pb.js";
 import { ContentPartSchema } from "./gen/general_agent/v1/content_pb.js";
 import { ApprovalDecision } from "./gen/general_agent/v1/approval_pb.js";
@@ -54,26 +54,11 @@ function outcomeName(n: RunOutcome): string {
   return RunOutcomeSchema.value[n]?.name ?? RunOutcome[n] ?? String(n);
 }
 
-/** The `reason` of a google.rpc.ErrorInfo in the error details, if any. */
-function errorInfoReason(err: ConnectError): string | undefined {
-  for (const d of err.details) {
-    if (!("type" in d) || d.type !== "google.rpc.ErrorInfo") continue;
-    // ErrorInfo is not part of the generated code; field 1 is `string reason`.
-    const r = new BinaryReader(d.value);
-    while (r.pos < r.len) {
-      const [field, wireType] = r.tag();
-      if (field === 1 && wireType === WireType.LengthDelimited) return r.string();
-      r.skip(wireType);
-    }
-  }
-  return undefined;
-}
-
 function reportError(rpc: string, e: unknown): number {
   const err = ConnectError.from(e);
   let line = `smoke: ${rpc} failed: code=${Code[err.code]} message=${JSON.stringify(err.rawMessage)}`;
   try {
-    const reason = errorInfoReason(err);
+    const { reason } = errorDetails(err);
     if (reason) line += ` reason=${reason}`;
   } catch {
     // Malformed details: report code and message only.
