@@ -55,6 +55,16 @@ $(BIN)/grpcurl:
 $(BIN)/ghz:
 	go install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
 
+# PostgreSQL for the store's tests (tests/support/postgres.py starts a throwaway cluster from these binaries).
+.PHONY: postgres
+postgres: ## Install PostgreSQL (Debian's postgresql package) when initdb is not on PATH nor under /usr/lib/postgresql.
+	@if command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		echo "postgres: initdb found"; \
+	else \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q postgresql; \
+	fi
+
 .PHONY: install
 install: $(VENV)/.installed node_modules/.installed $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl $(BIN)/ghz ## Install every dependency into the repository.
 
@@ -110,7 +120,7 @@ typecheck: $(VENV)/.installed ## mypy --strict on the hand-written packages.
 	$(VENV)/bin/mypy
 
 .PHONY: test
-test: install ## Install everything and run the whole test suite.
+test: install postgres ## Install everything (PostgreSQL too) and run the whole test suite.
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: bench

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import grpc
 import pytest
 
@@ -24,10 +26,24 @@ from tests.support.subprocess_server import ServerProcesses
 LOOKUP_SCHEMA = '{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}'
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request: pytest.FixtureRequest) -> str:
-    """The shared store: "" is the SQLite file of the shared state directory."""
-    return ""
+    """The shared store: "" is the SQLite file of the shared state directory; otherwise a fresh database on the
+    test session's PostgreSQL cluster (tests/support/postgres.py)."""
+    if request.param == "sqlite":
+        return ""
+    url: str = request.getfixturevalue("postgres_url")
+    name = f"replicas_{uuid.uuid4().hex[:12]}"
+
+    async def create() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+
+    asyncio.run(create())
+    return url.rsplit("/", 1)[0] + "/" + name
 
 
 @pytest.fixture

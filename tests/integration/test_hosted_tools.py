@@ -418,7 +418,7 @@ async def test_suspended_run_needs_a_key_after_a_restart(
                 ],
             },
         ]
-        stored = second_server.store.path.read_bytes()
+        stored = second_server.sqlite_path.read_bytes()
         assert b"sk-ant-resumed-key-2222" not in stored
         assert b"sk-ant-memory-only-1111" not in stored
 

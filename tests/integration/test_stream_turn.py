@@ -224,7 +224,7 @@ async def test_no_api_key_fails_before_anything_is_written(
         events = await stream_turn(stub, keyed.identity.session_id, "hi")
         assert last_of(events, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
         assert fake_model.requests[-1].api_key == "sk-ant-session-key-9999"
-        stored = server.store.path.read_bytes()
+        stored = server.sqlite_path.read_bytes()
         assert b"sk-ant-session-key-9999" not in stored
 
 

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from general_agent_server.api.hook_client import GrpcHookDialer
 from general_agent_server.api.reflection import enable_server_reflection
 from general_agent_server.api.server_limits import server_limits
 from general_agent_server.api.servicer import AgentServicer
-from general_agent_server.config import ServerSettings
+from general_agent_server.config import ConfigError, ServerSettings
 from general_agent_server.exports.event_log import EventLog
 from general_agent_server.exports.transcript_export import TranscriptExporter
 from general_agent_server.hooks.registrations import HookDialer
@@ -34,7 +35,9 @@ from general_agent_server.model.port import ModelClient
 from general_agent_server.observability.metered_model import MeteredModelClient
 from general_agent_server.observability.port import Observer
 from general_agent_server.observability.setup import Observability, start_observability
+from general_agent_server.security.redaction import register_secret
 from general_agent_server.store.port import SessionStore
+from general_agent_server.store.postgres import PostgresSessionStore, parse_store_url
 from general_agent_server.store.sqlite import DB_FILE_NAME, SqliteSessionStore
 from general_agent_server.tools.catalog import builtin_catalog
 
@@ -51,8 +54,15 @@ class RunningServer:
     address: str
     server: grpc.aio.Server
     agent: Agent
-    store: SqliteSessionStore
+    store: SessionStore
     model: AnthropicModelClient
+
+    @property
+    def sqlite_path(self) -> Path:
+        """The SQLite file of a server on the default store (tests read it raw)."""
+        assert isinstance(self.store, SqliteSessionStore)
+        return self.store.path
+
     health: health.aio.HealthServicer
     settings: ServerSettings
     observability: Observability = field(default_factory=Observability)
@@ -120,7 +130,7 @@ async def start_server(settings: ServerSettings) -> RunningServer:
 async def _start_parts(settings: ServerSettings, cleanup: contextlib.AsyncExitStack) -> RunningServer:
     state_dir = Path(settings.state_dir)
     await asyncio.to_thread(state_dir.mkdir, parents=True, exist_ok=True, mode=0o700)
-    store = SqliteSessionStore(state_dir / DB_FILE_NAME, flush_interval=settings.store_flush_interval_ms / 1000)
+    store = open_store(settings, os.environ)
     await store.open()
     cleanup.push_async_callback(store.close)
     model = AnthropicModelClient(timeout_seconds=settings.model_request_timeout, max_retries=settings.model_max_retries)
@@ -174,7 +184,9 @@ async def _start_parts(settings: ServerSettings, cleanup: contextlib.AsyncExitSt
     )
 
 
-def _observe(agent: Agent, store: SqliteSessionStore, observer: Observer, observability: Observability) -> None:
+def _observe(
+    agent: Agent, store: SqliteSessionStore | PostgresSessionStore, observer: Observer, observability: Observability
+) -> None:
     """The parts that report to the observer (observability/port.py), and the gauges read when scraped."""
     agent.hook_runner.observer = observer
     store.observe(observer)
@@ -183,6 +195,26 @@ def _observe(agent: Agent, store: SqliteSessionStore, observer: Observer, observ
             active_runs=lambda: agent.run_slots.active,
             queued_turns=lambda: sum(s.queued_turns for s in agent.cache.loaded()),
         )
+
+
+def open_store(settings: ServerSettings, environ: Mapping[str, str]) -> SqliteSessionStore | PostgresSessionStore:
+    """The store the settings name: SQLite under state_dir, or PostgreSQL with the password from
+    store_password_file or PGPASSWORD (registered as a secret, so no log or error shows it)."""
+    flush = settings.store_flush_interval_ms / 1000
+    if not settings.store:
+        return SqliteSessionStore(Path(settings.state_dir) / DB_FILE_NAME, flush_interval=flush)
+    if settings.store_password_file:
+        try:
+            password = Path(settings.store_password_file).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"store_password_file: cannot read {settings.store_password_file}: {exc.strerror}"
+            ) from None
+    else:
+        password = environ.get("PGPASSWORD", "")
+    dsn = parse_store_url(settings.store, password=register_secret(password) if password else "")
+    logger.info("session store: %s", dsn.redacted, extra={"category": "system"})
+    return PostgresSessionStore(dsn, flush_interval=flush)
 
 
 def write_ready_file(path: str, address: str) -> None:

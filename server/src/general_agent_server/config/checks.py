@@ -25,6 +25,7 @@ def validate(settings: ServerSettings) -> None:
             "([[auth.tokens]] or [[auth.client_certs]], docs/security.md); pass --insecure-listen to allow it"
         )
     check_trust(settings)
+    _check_store(settings.store)
     if settings.log_format not in ("json", "text"):
         raise ConfigError(f"log_format: expected json or text, got {settings.log_format!r}")
     for name in (
@@ -101,3 +102,14 @@ def _check_memory(settings: ServerSettings) -> None:
         raise ConfigError("memory_recall_timeout: must be positive")
     if settings.memory_backend == "everme" and not settings.memory_everme_user_id:
         raise ConfigError("memory_everme_user_id: required with memory_backend = everme (whose token it is)")
+
+
+def _check_store(store: str) -> None:
+    from general_agent_server.store.postgres.dsn import DsnError, parse_store_url
+
+    if not store:
+        return
+    try:
+        parse_store_url(store)
+    except DsnError as exc:
+        raise ConfigError(str(exc)) from None

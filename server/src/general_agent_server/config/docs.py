@@ -6,7 +6,7 @@ from __future__ import annotations
 from general_agent_server.config.table import SETTINGS
 
 # Kept off the command line with the other secrets' settings (it names a file holding a key).
-NO_FLAG = frozenset({"anthropic_api_key_file", "memory_everme_env_file", "tls_key_file"})
+NO_FLAG = frozenset({"anthropic_api_key_file", "memory_everme_env_file", "store_password_file", "tls_key_file"})
 
 
 def settings_table_markdown() -> str:

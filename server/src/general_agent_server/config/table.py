@@ -99,6 +99,12 @@ class ServerSettings(TrustSettings):
     )
     subscriber_buffer: int = setting(4096, "Events buffered per stream before SLOW_CONSUMER.")
     store_flush_interval_ms: float = setting(20.0, "Group-commit window for buffered events.")
+    store: str = setting(
+        "",
+        "Session store: empty for SQLite under state_dir, or postgresql://user@host:port/database for replicas on "
+        "several hosts (docs/deployment.md; the password comes from PGPASSWORD or store_password_file, never the URL).",
+    )
+    store_password_file: str = setting("", "File holding the PostgreSQL password of `store` (else PGPASSWORD).")
     replica_id: str = setting(
         "local", "Lease owner id of this server process; replicas sharing a store need distinct ids."
     )

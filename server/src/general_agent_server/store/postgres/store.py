@@ -16,6 +16,7 @@ from general_agent_server.domain.history import HistoryMessage
 from general_agent_server.domain.records import IdempotencyRecord, RunRecord, RunStatus, ToolCallRecord
 from general_agent_server.domain.session import SessionRecord
 from general_agent_server.domain.transcript import TranscriptEntry
+from general_agent_server.observability.port import Observer
 from general_agent_server.store.port import ListCursor, SessionQuery, StoreError, WriteBatch
 from general_agent_server.store.postgres import reads, writes
 from general_agent_server.store.postgres.dsn import StoreDsn
@@ -34,6 +35,7 @@ class PostgresSessionStore:
         self._pool_size = pool_size
         self._pool: asyncpg.Pool | None = None
         self._writer: PgWriter | None = None
+        self._observer: Observer | None = None
 
     async def open(self) -> None:
         try:
@@ -50,6 +52,7 @@ class PostgresSessionStore:
             raise
         self._pool = pool
         self._writer = PgWriter(pool, flush_interval=self._flush_interval)
+        self._writer.observer = self._observer
 
     async def close(self) -> None:
         writer, self._writer = self._writer, None
@@ -94,6 +97,16 @@ class PostgresSessionStore:
     ) -> list[SessionRecord]:
         sql, params = reads.list_sessions_query(tenant, query, after, limit)
         return [record_from_row(tuple(r)) for r in await self._p().fetch(sql, *params)]
+
+    def observe(self, observer: Observer) -> None:
+        """Group commits are reported to `observer` (metrics, observability/port.py)."""
+        self._observer = observer
+        if self._writer is not None:
+            self._writer.observer = observer
+
+    async def count_sessions(self, tenant: str) -> int:
+        """The tenant's sessions (tenants/quota.py)."""
+        return int(await self._p().fetchval("SELECT COUNT(*) FROM sessions WHERE tenant=$1", tenant))
 
     async def delete_session(self, tenant: str, session_id: str) -> bool:
         marker = writes.DeleteSession()

@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 
 import asyncpg
 
+from general_agent_server.observability.port import Observer
 from general_agent_server.store.port import StoreError, WriteBatch
 from general_agent_server.store.postgres.writes import PgOperation, apply_write
 
@@ -31,6 +33,7 @@ class PgWriter:
         self._flush_interval = flush_interval
         self._queue: asyncio.Queue[QueuedWrite | None] = asyncio.Queue()
         self._urgent = asyncio.Event()
+        self.observer: Observer | None = None
         self._task: asyncio.Task[None] | None = asyncio.create_task(self._loop(), name="postgres-writer")
 
     async def stop(self) -> None:
@@ -76,9 +79,12 @@ class PgWriter:
             await self._commit(rest)
 
     async def _commit(self, group: list[QueuedWrite]) -> None:
+        started = time.perf_counter()
         try:
             await self._transaction(group)
             errors: list[BaseException | None] = [None] * len(group)
+            if self.observer is not None:
+                self.observer.store_commit(time.perf_counter() - started, len(group))
         except Exception as exc:
             if len(group) == 1:
                 errors = [exc]
