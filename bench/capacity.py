@@ -20,7 +20,16 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from bench.common import BenchContext, MeasuredWindow, Result, environment, loadavg, percentile, process_rss_kb, temp_workdir
+from bench.common import (
+    BenchContext,
+    MeasuredWindow,
+    Result,
+    environment,
+    loadavg,
+    percentile,
+    process_rss_kb,
+    temp_workdir,
+)
 from bench.harness import (
     BaselineClient,
     Conversation,
@@ -88,11 +97,11 @@ async def concurrency(ctx: BenchContext) -> Result:
             sessions = [await svc.create() for _ in range(count)]
             convs = [Conversation(template) for _ in range(count)]
 
-            async def base_turn(i: int) -> None:
+            async def base_turn(i: int, convs: list[Conversation] = convs) -> None:
                 sample = await base.call(convs[i].request())
                 convs[i].record("hi", sample.text)
 
-            async def svc_turn(i: int) -> None:
+            async def svc_turn(i: int, sessions: list[str] = sessions) -> None:
                 await svc.turn(sessions[i])
 
             base_rates: list[float] = []
@@ -111,7 +120,9 @@ async def concurrency(ctx: BenchContext) -> Result:
                 errors[1] += err
                 if count == LEVELS[-1]:
                     lag += _lag(service.pid, lag_file)
-                figures[f"{count} sessions: client CPU % during service phase"] = round(100 * window.self_cpu / window.wall, 1)
+                figures[f"{count} sessions: client CPU % during service phase"] = round(
+                    100 * window.self_cpu / window.wall, 1
+                )
                 figures[f"{count} sessions: service CPU %"] = round(100 * window.service_cpu / window.wall, 1)
             svc_rate, base_rate = sorted(svc_rates)[len(svc_rates) // 2], sorted(base_rates)[len(base_rates) // 2]
             r = row(f"{count} concurrent sessions, turns/s", svc_rate, base_rate, unit="turns/s", min_ratio=0.6)
@@ -139,7 +150,7 @@ async def memory(ctx: BenchContext) -> Result:
     sessions_n = 50 if ctx.quick else 1000
     async with contextlib.AsyncExitStack() as stack:
         workdir = temp_workdir(stack, "bench-memory-")
-        fake, base_url = await start_fast_fake(stack, workdir, ctx.cpus.fake)
+        _, base_url = await start_fast_fake(stack, workdir, ctx.cpus.fake)
         service, address = await start_bench_service(
             stack, workdir, ctx.cpus.service, base_url, extra_args=("--max-idle-sessions", str(2 * sessions_n + 10))
         )
@@ -155,9 +166,11 @@ async def memory(ctx: BenchContext) -> Result:
             await svc.turn(sessions[-1])
         await asyncio.sleep(0.5)
         rss1 = process_rss_kb(service.pid)
-        calls = [svc.stub.WatchSession(turn_pb2.WatchSessionRequest(session_id=sid)) for sid in sessions]
-        # A watch first replays the session's events; one read per stream means the server holds it.
-        await asyncio.gather(*(call.read() for call in calls))
+        calls = [
+            svc.stub.WatchSession(turn_pb2.WatchSessionRequest(session_id=sid, after_sequence=0)) for sid in sessions
+        ]
+        # From sequence 0 a watch first replays the session's events: one read means the server holds it.
+        await asyncio.wait_for(asyncio.gather(*(call.read() for call in calls)), 60)
         await asyncio.sleep(0.5)
         rss2 = process_rss_kb(service.pid)
         for call in calls:
@@ -175,6 +188,9 @@ async def memory(ctx: BenchContext) -> Result:
         "environment": environment(ctx.cpus),
         "configuration": {"sessions": sessions_n, "each": "one text turn (2 history messages), then idle"},
         "rows": rows,
-        "cpu": {"RSS before / after sessions / after watches, MB": f"{rss0 / 1024:.1f} / {rss1 / 1024:.1f} / {rss2 / 1024:.1f}"},
+        "cpu": {
+            "RSS before / after sessions / after watches, MB": f"{rss0 / 1024:.1f} / {rss1 / 1024:.1f} / "
+            f"{rss2 / 1024:.1f}"
+        },
         "notes": [],
     }

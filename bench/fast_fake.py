@@ -5,8 +5,8 @@ costs several milliseconds per request, which hides the service's own cost insid
 This one parses only the request line, the headers and the body's length, picks a reply by a marker in
 the body and writes pre-encoded bytes with a Content-Length (keep-alive, no compression). It measures
 its own time per request (from the body's last byte to the reply handed to the socket) and reports it at
-`GET /stats`; `GET /last` returns the last Messages request's body (`/prev` the one before) (so a baseline can send exactly what
-the service sent), `POST /reset` clears both.
+`GET /stats`; `GET /last` returns the last Messages request's body, `/prev` the one before (so a
+baseline can send exactly what the service sent), `GET /reset` clears them.
 
 Replies, chosen in this order:
 - the body contains a `tool_result` block → `TEXT_REPLY` (the end of a tool round);
@@ -70,13 +70,22 @@ def _message(blocks: list[bytes], stop_reason: str, output_tokens: int) -> bytes
         "usage": {"output_tokens": output_tokens},
     }
     return b"".join(
-        [_frame("message_start", start), *blocks, _frame("message_delta", end)]
-        + [_frame("message_stop", {"type": "message_stop"})]
+        [
+            _frame("message_start", start),
+            *blocks,
+            _frame("message_delta", end),
+            _frame("message_stop", {"type": "message_stop"}),
+        ]
     )
 
 
 def _text_block(pieces: list[str]) -> bytes:
-    out = [_frame("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})]
+    out = [
+        _frame(
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        )
+    ]
     for piece in pieces:
         delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}
         out.append(_frame("content_block_delta", delta))

@@ -29,13 +29,29 @@ def print_table(results: Sequence[dict[str, Any]], pinning: str, *, quick: bool)
             verdict += " (fake slow)"
         ratio = "—" if r["ratio"] is None else f"{r['ratio']:.2f}×"
         cells.append(
-            (r["measure"], r["unit"], _num(r["service"]), _num(r["baseline"]), ratio, _num(r["overhead"]), r["target"], verdict)
+            (
+                r["measure"],
+                r["unit"],
+                _num(r["service"]),
+                _num(r["baseline"]),
+                ratio,
+                _num(r["overhead"]),
+                r["target"],
+                verdict,
+            )
         )
     widths = [max(len(str(c[i])) for c in cells) for i in range(len(head))]
     print("=" * 100)
-    print(f"Service vs bare anthropic SDK (identical request), p50 unless stated; {pinning}" + (" — QUICK" if quick else ""))
+    print(
+        f"Service vs bare anthropic SDK (identical request), p50 unless stated; {pinning}"
+        + (" — QUICK" if quick else "")
+    )
     for i, c in enumerate(cells):
-        print("  ".join(str(v).ljust(widths[j]) if j in (0, 1, 6, 7) else str(v).rjust(widths[j]) for j, v in enumerate(c)))
+        print(
+            "  ".join(
+                str(v).ljust(widths[j]) if j in (0, 1, 6, 7) else str(v).rjust(widths[j]) for j, v in enumerate(c)
+            )
+        )
         if i == 0:
             print("  ".join("-" * w for w in widths))
     for result in results:
@@ -44,7 +60,8 @@ def print_table(results: Sequence[dict[str, Any]], pinning: str, *, quick: bool)
             print(
                 f"{result['benchmark']}: fake {fake['fake process CPU ms per request']:.3f} ms CPU/request "
                 f"(self-timed {fake['fake self-timed ms per request']:.3f}) vs limit "
-                f"{fake['20% of baseline turn p50, ms']:.3f} → {'fast enough' if fake['fake fast enough'] else 'TOO SLOW'}"
+                f"{fake['20% of baseline turn p50, ms']:.3f} → "
+                f"{'fast enough' if fake['fake fast enough'] else 'TOO SLOW'}"
             )
         for note in result.get("notes", []):
             print(f"{result['benchmark']}: note: {note}")

@@ -28,16 +28,16 @@ from bench.harness import (
     start_bench_service,
     start_fast_fake,
 )
+from general_agent_server.store.sqlite import DB_FILE_NAME
 
 MESSAGES: Final = 10_000
 
 
 def _database(state: Path) -> Path:
-    for pattern in ("*.db", "*.sqlite", "*.sqlite3"):
-        found = sorted(state.rglob(pattern))
-        if found:
-            return found[0]
-    raise BenchError(f"no SQLite file under {state}")
+    path = state / DB_FILE_NAME
+    if not path.exists():
+        raise BenchError(f"no store file {path}")
+    return path
 
 
 def _grow(db: Path, session_id: str, total: int) -> None:
@@ -58,7 +58,9 @@ def _grow(db: Path, session_id: str, total: int) -> None:
 def _floor_request(db: Path, session_id: str, static: dict[str, Any]) -> dict[str, Any]:
     """Read + parse the stored history and build the request (the floor's own work, timed)."""
     with contextlib.closing(sqlite3.connect(db)) as conn:
-        rows = conn.execute("SELECT message_json FROM history WHERE session_id=? ORDER BY idx", (session_id,)).fetchall()
+        rows = conn.execute(
+            "SELECT message_json FROM history WHERE session_id=? ORDER BY idx", (session_id,)
+        ).fetchall()
     messages = []
     for (raw,) in rows:
         message = json.loads(raw)
@@ -76,7 +78,7 @@ async def resume(ctx: BenchContext) -> Result:
     async with contextlib.AsyncExitStack() as stack:
         workdir = temp_workdir(stack, "bench-resume-")
         state = workdir / "state"
-        fake, base_url = await start_fast_fake(stack, workdir, ctx.cpus.fake)
+        _, base_url = await start_fast_fake(stack, workdir, ctx.cpus.fake)
         base = BaselineClient(base_url)
         stack.push_async_callback(base.close)
         async with contextlib.AsyncExitStack() as run:

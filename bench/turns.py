@@ -80,7 +80,11 @@ class _Rig:
         return fake_last(self.base_url)
 
     async def pairs(
-        self, base_once: Callable[[], Awaitable[TurnSample]], svc_once: Callable[[], Awaitable[TurnSample]], n: int, w: int
+        self,
+        base_once: Callable[[], Awaitable[TurnSample]],
+        svc_once: Callable[[], Awaitable[TurnSample]],
+        n: int,
+        w: int,
     ) -> tuple[list[TurnSample], list[TurnSample], list[float], MeasuredWindow]:
         fake_get(self.base_url, "/reset")
         got = await measure_pairs(
@@ -93,7 +97,15 @@ class _Rig:
         return got.base, got.service, got.base_cpu, got.window
 
     def result(
-        self, name: str, title: str, rows: list[dict[str, Any]], window: MeasuredWindow, n: int, requests: int, base_turn_ms: float, config: dict[str, Any]
+        self,
+        name: str,
+        title: str,
+        rows: list[dict[str, Any]],
+        window: MeasuredWindow,
+        n: int,
+        requests: int,
+        base_turn_ms: float,
+        config: dict[str, Any],
     ) -> Result:
         fake = fake_figures(self.fake_stats, window.fake_cpu, requests, base_turn_ms)
         if not fake["fake fast enough"]:
@@ -138,7 +150,10 @@ async def turn_fresh(ctx: BenchContext) -> Result:
         row("text turn, fresh session", p50_ms([s.total for s in svc]), b_turn, max_overhead=1.5),
         row("CPU per text turn (server vs bare client)", cpu_service, cpu_base, unit="ms CPU", max_ratio=2.0),
     ]
-    config = {"reply": "10 text deltas", "request": f"{len(params.get('tools', []))} tools, max_tokens {params['max_tokens']}"}
+    config = {
+        "reply": "10 text deltas",
+        "request": f"{len(params.get('tools', []))} tools, max_tokens {params['max_tokens']}",
+    }
     return rig.result("turn_fresh", "fresh-session text turn: ttfd, turn, CPU", rows, window, n, 2 * n, b_turn, config)
 
 
@@ -177,7 +192,9 @@ async def turn_history(ctx: BenchContext) -> Result:
         ),
     ]
     config = {"session": f"one session, {turns} turns, every body checked equal to the service's"}
-    return rig.result("turn_history", "text turns on one growing session", rows, window, turns, 2 * turns, b_turn, config)
+    return rig.result(
+        "turn_history", "text turns on one growing session", rows, window, turns, 2 * turns, b_turn, config
+    )
 
 
 def _replace_ids(body: dict[str, Any], old: str, new: str) -> dict[str, Any]:
@@ -230,4 +247,6 @@ async def deltas_1000(ctx: BenchContext) -> Result:
             raise BenchError("the service's text differs from the fake's 1,000 deltas")
     b_turn = p50_ms([s.total for s in base])
     rows = [row("1,000-delta turn", p50_ms([s.total for s in svc]), b_turn, max_ratio=1.1)]
-    return rig.result("deltas_1000", "a 1,000-delta turn", rows, window, n, 2 * n, b_turn, {"reply": "1,000 text deltas"})
+    return rig.result(
+        "deltas_1000", "a 1,000-delta turn", rows, window, n, 2 * n, b_turn, {"reply": "1,000 text deltas"}
+    )
