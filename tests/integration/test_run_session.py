@@ -7,9 +7,10 @@ import asyncio
 import itertools
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import grpc
+import pytest
 
 from general_agent.testing import FakeAnthropic, HangReply, Reply, TextBlock, TextReply, ToolUseBlock, text_deltas
 from general_agent.v1 import event_pb2, hosted_tool_pb2, session_pb2
@@ -47,7 +48,10 @@ class Bidi:
     """One RunSession call. Requests go through an asyncio.Queue (None = half-close); every response read is
     kept in `log`, so waiting for one response never loses the others."""
 
+    opened: ClassVar[list[Bidi]] = []  # half-closed after each test (close_request_iterators)
+
     def __init__(self, stub: Stub) -> None:
+        Bidi.opened.append(self)
         self._queue: asyncio.Queue[run_session_api.RunSessionRequest | None] = asyncio.Queue()
         self.half_closed = asyncio.Event()
         self.call = stub.RunSession(self._requests())
@@ -149,6 +153,18 @@ class Bidi:
 
     def cancel(self) -> None:
         self.call.cancel()
+
+
+@pytest.fixture(autouse=True)
+async def close_request_iterators() -> AsyncIterator[None]:
+    """A call that ended with an error leaves grpc's request-sending task waiting in `_requests`; half-closing
+    every call lets that generator finish instead of being finalised while suspended (which asyncio reports
+    as an unretrieved exception at the next garbage collection)."""
+    yield
+    for bidi in Bidi.opened:
+        bidi.close()
+    Bidi.opened.clear()
+    await asyncio.sleep(0)  # one loop turn: each waiting generator takes its None and returns
 
 
 async def open_bidi(stub: Stub, session_id: str, **attach: Any) -> Bidi:
