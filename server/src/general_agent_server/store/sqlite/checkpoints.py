@@ -14,7 +14,7 @@ from typing import Any
 import aiosqlite
 
 from general_agent_server.store.port import WriteBatch
-from general_agent_server.store.sqlite.rows import from_us, to_us
+from general_agent_server.store.sqlite.rows import fetch_all, from_us, to_us
 from general_agent_server.workspace.checkpoints.files import CheckpointFile
 from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
 
@@ -86,12 +86,12 @@ class DeleteCheckpoints:
 async def list_checkpoints(
     conn: aiosqlite.Connection, tenant: str, session_id: str, *, before_position: int, limit: int
 ) -> list[CheckpointInfo]:
-    async with conn.execute(
+    rows = await fetch_all(
+        conn,
         "SELECT position, checkpoint_id, run_id, call_id, tool_name, create_time_us, paths_json, stored_bytes"
         " FROM checkpoints WHERE tenant=? AND session_id=? AND (?=0 OR position<?) ORDER BY position DESC LIMIT ?",
         (tenant, session_id, before_position, before_position, limit),
-    ) as cur:
-        rows = await cur.fetchall()
+    )
     return [
         CheckpointInfo(
             position=r[0],
@@ -111,7 +111,8 @@ async def load_checkpoints_down_to(
     conn: aiosqlite.Connection, tenant: str, session_id: str, checkpoint_id: str
 ) -> list[Checkpoint]:
     # One statement, so the checkpoints and their files come from one consistent snapshot.
-    async with conn.execute(
+    rows = await fetch_all(
+        conn,
         "SELECT c.checkpoint_id, c.run_id, c.call_id, c.tool_name, c.create_time_us,"
         " f.path, f.existed_before, f.content"
         " FROM checkpoints c LEFT JOIN checkpoint_files f"
@@ -120,8 +121,7 @@ async def load_checkpoints_down_to(
         " (SELECT position FROM checkpoints WHERE tenant=? AND session_id=? AND checkpoint_id=?)"
         " ORDER BY c.position DESC, f.idx",
         (tenant, session_id, tenant, session_id, checkpoint_id),
-    ) as cur:
-        rows = await cur.fetchall()
+    )
     headers: dict[str, tuple[Any, ...]] = {}
     files: dict[str, list[CheckpointFile]] = {}
     for r in rows:

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+import aiosqlite
 
 from general_agent_server.domain import codec
 from general_agent_server.domain.session import SessionIdentity, SessionMode, SessionRecord, SessionState, Usage
@@ -19,6 +22,13 @@ def to_us(value: datetime) -> int:
 
 def from_us(value: int) -> datetime:
     return datetime.fromtimestamp(value / 1_000_000, tz=UTC)
+
+
+async def fetch_all(conn: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """Runs a query and reads all its rows in one hand-off to the connection's thread. The hand-off runs to its
+    end even when the caller is cancelled, so no statement is left stepping: a half-read cursor would hold its
+    WAL snapshot open and every later read on the connection would see the store as it was then."""
+    return list(await conn.execute_fetchall(sql, params))
 
 
 SESSION_SELECT = (

@@ -30,7 +30,14 @@ from general_agent_server.store.sqlite.operations import (
     Operation,
     PurgeEvents,
 )
-from general_agent_server.store.sqlite.rows import SESSION_SELECT, from_us, list_sessions_query, record_from_row, to_us
+from general_agent_server.store.sqlite.rows import (
+    SESSION_SELECT,
+    fetch_all,
+    from_us,
+    list_sessions_query,
+    record_from_row,
+    to_us,
+)
 from general_agent_server.store.sqlite.writer import GroupCommitWriter
 from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
 
@@ -83,12 +90,11 @@ class SqliteSessionStore:
         return self._reader
 
     async def _fetch_all(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[Any]:
-        async with self._conn().execute(sql, params) as cur:
-            return list(await cur.fetchall())
+        return await fetch_all(self._conn(), sql, params)
 
     async def _fetch_one(self, sql: str, params: tuple[Any, ...]) -> Any:
-        async with self._conn().execute(sql, params) as cur:
-            return await cur.fetchone()
+        rows = await fetch_all(self._conn(), sql, params)
+        return rows[0] if rows else None
 
     async def _run_operation(self, tenant: str, session_id: str, operation: Operation) -> None:
         await self._writer.submit(WriteBatch(tenant=tenant, session_id=session_id), operation=operation)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -131,6 +133,25 @@ class SessionRecordsConformance(StoreConformance):
 
     async def test_get_unknown_session_returns_none(self, store: SessionStore) -> None:
         assert await store.get_session(new_tenant(), new_id()) is None
+
+    async def test_reads_cancelled_mid_flight_leave_later_reads_current(self, store: SessionStore) -> None:
+        """A read whose caller is cancelled (a client gone mid-RPC) must not pin the reader to an old snapshot:
+        every later read sees what was committed after it."""
+        tenant, sid = new_tenant(), new_id()
+        record = await create(store, make_session(tenant, sid))
+        messages = [make_message(i) for i in range(400)]
+        await store.write(WriteBatch(tenant=tenant, session_id=sid, history=messages, history_base=0))
+        for _ in range(20):
+            reading = asyncio.ensure_future(store.load_history(tenant, sid))
+            await asyncio.sleep(0)
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
+            record = bump(record)
+            await store.write(WriteBatch(tenant=tenant, session_id=sid, session=record))
+            stored = await store.get_session(tenant, sid)
+            assert stored is not None
+            assert stored.version == record.version
 
     async def test_create_existing_id_raises_session_exists(self, store: SessionStore) -> None:
         tenant, sid = new_tenant(), new_id()
