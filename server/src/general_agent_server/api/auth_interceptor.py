@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 
 from general_agent_server.api.errors import abort
+from general_agent_server.api.handlers import with_behaviour
 from general_agent_server.auth import OPERATOR, Authenticator, Caller
 from general_agent_server.domain.errors import ServiceError
 
@@ -56,18 +57,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         method = str(handler_call_details.method)
         if handler is None or not self._authenticator.enabled or method.startswith(self._open):
             return handler
-        h: Any = handler
-        wrapped: Any = handler
-        if h.unary_unary is not None:
-            wrapped = h._replace(unary_unary=self._wrap_unary(h.unary_unary))
-        elif h.unary_stream is not None:
-            wrapped = h._replace(unary_stream=self._wrap_stream(h.unary_stream))
-        elif h.stream_stream is not None:
-            wrapped = h._replace(stream_stream=self._wrap_stream(h.stream_stream))
-        elif h.stream_unary is not None:
-            wrapped = h._replace(stream_unary=self._wrap_unary(h.stream_unary))
-        result: grpc.RpcMethodHandler[Any, Any] = wrapped
-        return result
+        return with_behaviour(handler, unary=self._wrap_unary, stream=self._wrap_stream)
 
     async def _caller(self, context: Any) -> Caller:
         try:

@@ -68,3 +68,26 @@ def _refusing_stream(behaviour: Behaviour) -> Behaviour:
 async def _refused(request: InvalidRequest, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
     await abort(context, request.error)
     yield  # pragma: no cover  (makes this an async generator; abort never returns)
+
+
+def with_behaviour(
+    handler: grpc.RpcMethodHandler[Any, Any],
+    *,
+    unary: Callable[[Any], Any],
+    stream: Callable[[Any], Any],
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """`handler` (an interceptor's) with its behaviour wrapped: by `unary` where the method answers one response
+    (unary_unary, stream_unary), by `stream` where it answers a stream (unary_stream, stream_stream)."""
+    # RpcMethodHandler is a namedtuple at run time: swap in the wrapped behaviour.
+    h: Any = handler
+    for kind, wrap in (
+        ("unary_unary", unary),
+        ("unary_stream", stream),
+        ("stream_stream", stream),
+        ("stream_unary", unary),
+    ):
+        behaviour = getattr(h, kind)
+        if behaviour is not None:
+            wrapped: grpc.RpcMethodHandler[Any, Any] = h._replace(**{kind: wrap(behaviour)})
+            return wrapped
+    return handler

@@ -9,11 +9,12 @@ import contextvars
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import grpc
 
+from general_agent_server.api.handlers import with_behaviour
 from general_agent_server.observability.port import Observer
 
 logger = logging.getLogger("general_agent_server.access")
@@ -47,19 +48,11 @@ class RequestContextInterceptor(grpc.aio.ServerInterceptor):
             return None
         method = str(handler_call_details.method)
         request_id = _incoming_request_id(handler_call_details)
-        # RpcMethodHandler is a namedtuple at run time: swap in the wrapped behaviour.
-        h: Any = handler
-        wrapped: Any = handler
-        if h.unary_unary is not None:
-            wrapped = h._replace(unary_unary=_wrap_unary(h.unary_unary, method, request_id, self._observer))
-        elif h.unary_stream is not None:
-            wrapped = h._replace(unary_stream=_wrap_stream(h.unary_stream, method, request_id, self._observer))
-        elif h.stream_stream is not None:
-            wrapped = h._replace(stream_stream=_wrap_stream(h.stream_stream, method, request_id, self._observer))
-        elif h.stream_unary is not None:
-            wrapped = h._replace(stream_unary=_wrap_unary(h.stream_unary, method, request_id, self._observer))
-        result: grpc.RpcMethodHandler[Any, Any] = wrapped
-        return result
+        return with_behaviour(
+            handler,
+            unary=lambda behaviour: _wrap_unary(behaviour, method, request_id, self._observer),
+            stream=lambda behaviour: _wrap_stream(behaviour, method, request_id, self._observer),
+        )
 
 
 def _log(method: str, context: Any, started: float, error: BaseException | None, observer: Observer | None) -> None:
@@ -79,40 +72,36 @@ def _log(method: str, context: Any, started: float, error: BaseException | None,
     )
 
 
+@contextlib.contextmanager
+def _observed(method: str, context: Any, request_id: str, observer: Observer | None) -> Iterator[None]:
+    """Around one call's behaviour: its request id is current, and its end is logged and observed."""
+    token = _request_id.set(request_id)
+    started = time.perf_counter()
+    error: BaseException | None = None
+    try:
+        yield
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        _log(method, context, started, error, observer)
+        # A stream closed from another task runs this in another context.
+        with contextlib.suppress(ValueError):
+            _request_id.reset(token)
+
+
 def _wrap_unary(behavior: Any, method: str, request_id: str, observer: Observer | None) -> Any:
     async def wrapped(request: Any, context: Any) -> Any:
-        token = _request_id.set(request_id)
-        started = time.perf_counter()
-        error: BaseException | None = None
-        try:
+        with _observed(method, context, request_id, observer):
             return await behavior(request, context)
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            _log(method, context, started, error, observer)
-            # A stream closed from another task runs this in another context.
-            with contextlib.suppress(ValueError):
-                _request_id.reset(token)
 
     return wrapped
 
 
 def _wrap_stream(behavior: Any, method: str, request_id: str, observer: Observer | None) -> Any:
     async def wrapped(request: Any, context: Any) -> AsyncIterator[Any]:
-        token = _request_id.set(request_id)
-        started = time.perf_counter()
-        error: BaseException | None = None
-        try:
+        with _observed(method, context, request_id, observer):
             async for item in behavior(request, context):
                 yield item
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            _log(method, context, started, error, observer)
-            # A stream closed from another task runs this in another context.
-            with contextlib.suppress(ValueError):
-                _request_id.reset(token)
 
     return wrapped

@@ -211,7 +211,7 @@ class InMemorySessionStore:
     ) -> list[CheckpointInfo]:
         stored = self._tables().checkpoints.get((tenant, session_id), {})
         positions = sorted((p for p in stored if before_position == 0 or p < before_position), reverse=True)
-        return await self._read([_info(p, stored[p]) for p in positions[:limit]])
+        return await self._read([stored[p].listed(p) for p in positions[:limit]])
 
     async def load_checkpoints_down_to(self, tenant: str, session_id: str, checkpoint_id: str) -> list[Checkpoint]:
         stored = self._tables().checkpoints.get((tenant, session_id), {})
@@ -263,16 +263,3 @@ class InMemorySessionStore:
 
     async def notify(self, tenant: str, session_id: str, sequence: int) -> None:
         return None
-
-
-def _info(position: int, checkpoint: Checkpoint) -> CheckpointInfo:
-    return CheckpointInfo(
-        position=position,
-        checkpoint_id=checkpoint.checkpoint_id,
-        run_id=checkpoint.run_id,
-        call_id=checkpoint.call_id,
-        tool_name=checkpoint.tool_name,
-        created_at=checkpoint.created_at,
-        paths=checkpoint.paths,
-        stored_bytes=checkpoint.stored_bytes,
-    )

@@ -6,7 +6,6 @@ from general_agent_server.store.port import SessionStore
 from general_agent_server.store.testing.base import StoreConformance, async_tests
 from general_agent_server.store.testing.factories import (
     PNG_BYTES,
-    checkpoint_info,
     make_checkpoint,
     make_session,
     new_id,
@@ -28,7 +27,7 @@ class CheckpointConformance(StoreConformance):
         listed = await store.list_checkpoints(tenant, sid, limit=10)
         assert [c.checkpoint_id for c in listed] == [second.checkpoint_id, first.checkpoint_id]
         assert listed[0].position > listed[1].position
-        assert listed == [checkpoint_info(second, listed[0].position), checkpoint_info(first, listed[1].position)]
+        assert listed == [second.listed(listed[0].position), first.listed(listed[1].position)]
         assert listed[1].stored_bytes == len(PNG_BYTES)
         # Loading down to the oldest returns both with their contents, newest first.
         assert await store.load_checkpoints_down_to(tenant, sid, first.checkpoint_id) == [second, first]

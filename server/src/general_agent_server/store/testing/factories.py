@@ -67,7 +67,7 @@ from general_agent_server.domain.transcript import (
     TranscriptEntry,
 )
 from general_agent_server.workspace.checkpoints.files import CheckpointFile
-from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
+from general_agent_server.workspace.checkpoints.recorder import Checkpoint
 
 # Timestamps carry microseconds on purpose: stores must keep them exactly.
 T0 = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
@@ -323,20 +323,6 @@ def make_checkpoint(name: str, *, content: bytes = b"old", created: float = 1) -
             CheckpointFile(path=f"dir/{name}.txt", existed_before=True, prior_content=content),
             CheckpointFile(path=f"new-{name}.txt", existed_before=False),
         ),
-    )
-
-
-def checkpoint_info(checkpoint: Checkpoint, position: int) -> CheckpointInfo:
-    """How a stored checkpoint is listed (the position is the store's)."""
-    return CheckpointInfo(
-        position=position,
-        checkpoint_id=checkpoint.checkpoint_id,
-        run_id=checkpoint.run_id,
-        call_id=checkpoint.call_id,
-        tool_name=checkpoint.tool_name,
-        created_at=checkpoint.created_at,
-        paths=checkpoint.paths,
-        stored_bytes=checkpoint.stored_bytes,
     )
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from general_agent_server.tools.files.file_mutation import PathLocks, run_to_completion
+from general_agent_server.tools.files.file_mutation import LockedFileTool
 from general_agent_server.tools.files.patch_format import AddFile, DeleteFile, Hunk, PatchSyntaxError, parse_patch
 from general_agent_server.tools.files.patch_hunks import apply_chunks
 from general_agent_server.tools.files.text_file import TextFile
@@ -133,11 +133,8 @@ def _apply(workspace: Workspace, hunks: list[Hunk]) -> ToolOutcome:
     return ToolOutcome.text("\n".join(lines), {"summary": plan.summary})
 
 
-class ApplyPatchTool:
+class ApplyPatchTool(LockedFileTool):
     spec = SPEC
-
-    def __init__(self, locks: PathLocks | None = None) -> None:
-        self._locks = locks or PathLocks()
 
     def touched_paths(self, arguments: dict[str, Any], context: ToolContext) -> list[Path]:
         """Every path in the patch and every move destination, resolved and de-duplicated."""
@@ -153,5 +150,4 @@ class ApplyPatchTool:
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
         hunks = parse_input(arguments)
         workspace = Workspace(context.workspace)
-        async with self._locks.hold(self.touched_paths(arguments, context)):
-            return await run_to_completion(lambda: _apply(workspace, hunks))
+        return await self._locked(arguments, context, lambda: _apply(workspace, hunks))

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from general_agent_server.tools.files.file_mutation import PathLocks, path_argument, run_to_completion
+from general_agent_server.tools.files.file_mutation import LockedFileTool, path_argument
 from general_agent_server.tools.files.line_diff import numbered_diff
 from general_agent_server.tools.files.text_file import TextFile, to_lf
 from general_agent_server.tools.files.text_match import find_text
@@ -61,18 +60,11 @@ def _edit(workspace: Workspace, raw: str, old_text: str, new_text: str) -> ToolO
     return ToolOutcome.text(f"Successfully replaced text in {raw}.\n\n{diff.text}", details)
 
 
-class EditTool:
+class EditTool(LockedFileTool):
     spec = SPEC
-
-    def __init__(self, locks: PathLocks | None = None) -> None:
-        self._locks = locks or PathLocks()
-
-    def touched_paths(self, arguments: dict[str, Any], context: ToolContext) -> list[Path]:
-        return [Workspace(context.workspace).resolve(path_argument(arguments)).absolute]
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
         workspace = Workspace(context.workspace)
         raw = path_argument(arguments)
         old_text, new_text = str(arguments["oldText"]), str(arguments["newText"])
-        async with self._locks.hold(self.touched_paths(arguments, context)):
-            return await run_to_completion(lambda: _edit(workspace, raw, old_text, new_text))
+        return await self._locked(arguments, context, lambda: _edit(workspace, raw, old_text, new_text))

@@ -1,6 +1,6 @@
 """What the mutating file tools (write, edit, apply_patch) share: one lock per file, so calls running at the
-same time (several tool calls of one message) never interleave a read-modify-write of the same file, and a
-way to run blocking file I/O that is never abandoned half-way."""
+same time (several tool calls of one message) never interleave a read-modify-write of the same file, a way to
+run blocking file I/O that is never abandoned half-way, and `LockedFileTool`, the base that joins the two."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from general_agent_server.tools.runtime import ToolFailure
+from general_agent_server.tools.runtime import ToolContext, ToolFailure
+from general_agent_server.workspace.workspace import Workspace
 
 T = TypeVar("T")
 
@@ -73,3 +74,18 @@ def path_argument(arguments: dict[str, Any]) -> str:
     if not isinstance(raw, str) or not raw.strip():
         raise ToolFailure("path must be a non-empty string")
     return raw
+
+
+class LockedFileTool:
+    """The base of the mutating file tools: the files a call touches (by default its one `path` argument; a tool
+    that touches others overrides `touched_paths`) are locked while its change runs to completion."""
+
+    def __init__(self, locks: PathLocks | None = None) -> None:
+        self._locks = locks or PathLocks()
+
+    def touched_paths(self, arguments: dict[str, Any], context: ToolContext) -> list[Path]:
+        return [Workspace(context.workspace).resolve(path_argument(arguments)).absolute]
+
+    async def _locked(self, arguments: dict[str, Any], context: ToolContext, change: Callable[[], T]) -> T:
+        async with self._locks.hold(self.touched_paths(arguments, context)):
+            return await run_to_completion(change)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from general_agent_server.tools.files.file_mutation import PathLocks, path_argument, run_to_completion
+from general_agent_server.tools.files.file_mutation import LockedFileTool, path_argument
 from general_agent_server.tools.runtime import ToolContext, ToolOutcome, ToolSpec
 from general_agent_server.workspace.workspace import Workspace
 
@@ -28,21 +27,14 @@ SPEC = ToolSpec(
 )
 
 
-class WriteTool:
+class WriteTool(LockedFileTool):
     spec = SPEC
-
-    def __init__(self, locks: PathLocks | None = None) -> None:
-        self._locks = locks or PathLocks()
-
-    def touched_paths(self, arguments: dict[str, Any], context: ToolContext) -> list[Path]:
-        return [Workspace(context.workspace).resolve(path_argument(arguments)).absolute]
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
         workspace = Workspace(context.workspace)
         raw = path_argument(arguments)
         content = str(arguments["content"])
-        async with self._locks.hold(self.touched_paths(arguments, context)):
-            path = await run_to_completion(lambda: workspace.write_bytes(raw, content.encode("utf-8")))
+        path = await self._locked(arguments, context, lambda: workspace.write_bytes(raw, content.encode("utf-8")))
         # The pieces between line breaks, so a final line without a break still counts.
         lines = content.count("\n") + 1
         return ToolOutcome.text(f"Successfully wrote {lines} lines to {path.display}", {"path": path.display})

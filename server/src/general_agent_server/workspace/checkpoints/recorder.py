@@ -43,6 +43,19 @@ class Checkpoint:
     def stored_bytes(self) -> int:
         return sum(len(f.prior_content) for f in self.files)
 
+    def listed(self, position: int) -> CheckpointInfo:
+        """How the checkpoint is listed once a store has given it `position`."""
+        return CheckpointInfo(
+            position=position,
+            checkpoint_id=self.checkpoint_id,
+            run_id=self.run_id,
+            call_id=self.call_id,
+            tool_name=self.tool_name,
+            created_at=self.created_at,
+            paths=self.paths,
+            stored_bytes=self.stored_bytes,
+        )
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CheckpointInfo:
