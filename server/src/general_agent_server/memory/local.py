@@ -9,17 +9,15 @@ not linger in the file's free pages."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from general_agent_server.memory.fts import blended, cjk_bigrams, relevance, trigram_query, word_query
+from general_agent_server.memory.private_db import PrivateDb
 from general_agent_server.memory.types import (
     FailureKind,
     HitKind,
@@ -61,21 +59,9 @@ END;
 """
 
 
-def open_private(path: Path) -> sqlite3.Connection:
-    """A WAL database in a 0700 directory, its files 0600 (memories are as private as the transcripts)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path.parent, 0o700)
-    for suffix in ("", "-wal", "-shm"):
-        target = Path(f"{path}{suffix}")
-        if not target.exists():
-            os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o600))
-        os.chmod(target, 0o600)
-    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=5.0)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=NORMAL")
-    db.execute("PRAGMA secure_delete=ON")
-    db.execute("PRAGMA busy_timeout=5000")
-    return db
+def _create_schema(db: sqlite3.Connection) -> None:
+    db.executescript(_SCHEMA)
+    db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
 
 
 def turn_id(conversation_id: str, turn: int) -> str:
@@ -94,32 +80,18 @@ class LocalMemoryBackend:
     """The MemoryBackend port over one SQLite file; also what the inspection commands use (list, delete)."""
 
     def __init__(self, path: Path, *, clock: Callable[[], float] = time.time) -> None:
-        self._path = path
         self._clock = clock
-        self._lock = threading.Lock()
-        self._db: sqlite3.Connection | None = None
+        self._db = PrivateDb(path, _create_schema)
 
     @property
     def name(self) -> str:
         return "local"
 
-    def _connection(self) -> sqlite3.Connection:
-        if self._db is None:
-            db = open_private(self._path)
-            db.executescript(_SCHEMA)
-            db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
-            self._db = db
-        return self._db
-
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        def locked() -> T:
-            with self._lock:
-                try:
-                    return work(self._connection())
-                except sqlite3.Error as exc:
-                    raise MemoryFailure(FailureKind.UPSTREAM, f"local memory store: {exc}") from None
-
-        return await asyncio.to_thread(locked)
+        try:
+            return await self._db.run(work)
+        except sqlite3.Error as exc:
+            raise MemoryFailure(FailureKind.UPSTREAM, f"local memory store: {exc}") from None
 
     # ------------------------------------------------------------------ the port
     async def search(
@@ -260,14 +232,7 @@ class LocalMemoryBackend:
         return None
 
     async def aclose(self) -> None:
-        def close() -> None:
-            with self._lock:
-                if self._db is not None:
-                    self._db.close()
-                    self._db = None
-
-        if self._db is not None:  # never opened: no thread to start for nothing
-            await asyncio.to_thread(close)
+        await self._db.aclose()
 
     # ------------------------------------------------------------------ inspection
     async def list_turns(self, scope: Scope, *, limit: int = 50) -> list[StoredTurn]:

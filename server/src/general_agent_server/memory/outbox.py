@@ -17,15 +17,14 @@ import json
 import logging
 import random
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from general_agent_server.memory.local import open_private
 from general_agent_server.memory.port import MemoryBackend
+from general_agent_server.memory.private_db import PrivateDb
 from general_agent_server.memory.types import FailureKind, MemoryFailure, MemoryMessage, Scope, dumps
 from general_agent_server.security.redaction import scrub
 
@@ -88,32 +87,19 @@ class Outbox:
         flush_every_turns: int = 0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._path = path
         self.backend = backend
         self._retry = retry
         self._concurrency = concurrency
         self._flush_every = flush_every_turns
         self._clock = clock
-        self._lock = threading.Lock()
-        self._db: sqlite3.Connection | None = None
+        self._db = PrivateDb(path, lambda db: db.executescript(_SCHEMA))
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()  # set whenever a send ends
         self._task: asyncio.Task[None] | None = None
         self._inflight: dict[tuple[str, str, str, str], asyncio.Task[None]] = {}
 
-    def _connection(self) -> sqlite3.Connection:
-        if self._db is None:
-            db = open_private(self._path)
-            db.executescript(_SCHEMA)
-            self._db = db
-        return self._db
-
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        def locked() -> T:
-            with self._lock:
-                return work(self._connection())
-
-        return await asyncio.to_thread(locked)
+        return await self._db.run(work)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -314,15 +300,7 @@ class Outbox:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._task = None
-
-        def close() -> None:
-            with self._lock:
-                if self._db is not None:
-                    self._db.close()
-                    self._db = None
-
-        if self._db is not None:  # never opened: no thread to start for nothing
-            await asyncio.to_thread(close)
+        await self._db.aclose()
 
 
 def _owner(scope: Scope | None) -> tuple[str, list[str]]:
