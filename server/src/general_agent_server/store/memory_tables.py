@@ -16,7 +16,7 @@ from general_agent_server.domain.records import IdempotencyRecord, RunRecord, To
 from general_agent_server.domain.session import SessionRecord
 from general_agent_server.domain.transcript import TranscriptEntry
 from general_agent_server.store.port import ListCursor, SessionQuery, StoreError, VersionConflictError, WriteBatch
-from general_agent_server.workspace.checkpoints.recorder import Checkpoint
+from general_agent_server.workspace.checkpoints.recorder import Checkpoint, beyond_bounds
 
 Key = tuple[str, str]  # (tenant, session_id)
 
@@ -122,13 +122,8 @@ class Tables:
             raise StoreError(f"checkpoint {checkpoint.checkpoint_id!r} exists")
         self.last_position += 1
         stored[self.last_position] = checkpoint
-        count, total = len(stored), sum(c.stored_bytes for c in stored.values())
-        dropped: list[str] = []
-        for position in sorted(stored):
-            if count <= max_count and total <= max_bytes:
-                break
-            dropped.append(stored[position].checkpoint_id)
-            count, total = count - 1, total - stored[position].stored_bytes
+        sizes = [(stored[p].checkpoint_id, stored[p].stored_bytes) for p in sorted(stored)]
+        dropped = beyond_bounds(sizes, max_count=max_count, max_bytes=max_bytes)
         self.delete_checkpoints(key, dropped)
         return dropped
 

@@ -16,7 +16,7 @@ from general_agent_server.domain.session import SessionRecord
 from general_agent_server.store.port import SessionExistsError, VersionConflictError, WriteBatch
 from general_agent_server.store.rows import session_columns, to_us
 from general_agent_server.store.sqlite.operations import SESSION_TABLES
-from general_agent_server.workspace.checkpoints.recorder import Checkpoint
+from general_agent_server.workspace.checkpoints.recorder import Checkpoint, beyond_bounds
 
 # A connection of its own or one borrowed from the pool.
 Conn: TypeAlias = "asyncpg.Connection[Any] | PoolConnectionProxy[Any]"
@@ -271,12 +271,8 @@ class AddCheckpoint:
             "SELECT checkpoint_id, stored_bytes FROM checkpoints WHERE tenant=$1 AND session_id=$2 ORDER BY position",
             *key,
         )
-        count, total = len(rows), sum(int(r[1]) for r in rows)
-        for checkpoint_id, stored_bytes in rows:
-            if count <= self.max_count and total <= self.max_bytes:
-                break
-            self.dropped.append(str(checkpoint_id))
-            count, total = count - 1, total - int(stored_bytes)
+        sizes = [(str(r[0]), int(r[1])) for r in rows]
+        self.dropped = beyond_bounds(sizes, max_count=self.max_count, max_bytes=self.max_bytes)
         await delete_checkpoint_rows(conn, key, self.dropped)
 
 

@@ -21,7 +21,7 @@ from general_agent_server.store.rows import (
     to_us,
 )
 from general_agent_server.store.sqlite.rows import fetch_all
-from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
+from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo, beyond_bounds
 
 
 def _delete_checkpoint_rows(conn: sqlite3.Connection, key: tuple[str, str], checkpoint_ids: Sequence[str]) -> None:
@@ -49,12 +49,8 @@ class AddCheckpoint:
             "SELECT checkpoint_id, stored_bytes FROM checkpoints WHERE tenant=? AND session_id=? ORDER BY position",
             key,
         ).fetchall()
-        count, total = len(rows), sum(int(r[1]) for r in rows)
-        for checkpoint_id, stored_bytes in rows:
-            if count <= self.max_count and total <= self.max_bytes:
-                break
-            self.dropped.append(str(checkpoint_id))
-            count, total = count - 1, total - int(stored_bytes)
+        sizes = [(str(r[0]), int(r[1])) for r in rows]
+        self.dropped = beyond_bounds(sizes, max_count=self.max_count, max_bytes=self.max_bytes)
         _delete_checkpoint_rows(conn, key, self.dropped)
 
     def _insert(self, conn: sqlite3.Connection, key: tuple[str, str]) -> None:

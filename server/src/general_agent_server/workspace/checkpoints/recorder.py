@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -77,6 +77,20 @@ class CheckpointBounds:
 
     max_count: int
     max_bytes: int
+
+
+def beyond_bounds(sizes: Iterable[tuple[str, int]], *, max_count: int, max_bytes: int) -> list[str]:
+    """Of a session's checkpoints as (checkpoint_id, stored_bytes), oldest first, the ids that a store drops, oldest
+    first, until the rest is within `max_count` and `max_bytes`."""
+    listed = list(sizes)
+    count, total = len(listed), sum(size for _, size in listed)
+    dropped: list[str] = []
+    for checkpoint_id, size in listed:
+        if count <= max_count and total <= max_bytes:
+            break
+        dropped.append(checkpoint_id)
+        count, total = count - 1, total - size
+    return dropped
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
