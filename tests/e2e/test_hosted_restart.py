@@ -14,7 +14,7 @@ from general_agent.testing import FakeAnthropicThread, Reply, TextBlock, TextRep
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, hosted_tool_pb2, session_pb2
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
-from tests.support.events import kinds, last_of, sequences, text_of
+from tests.support.events import RESULT_THEN_TEXT, kinds, last_of, sequences, text_of
 from tests.support.rpc import create_session, events_after, stream_turn
 from tests.support.subprocess_server import ServerProcess, ServerProcesses
 
@@ -66,14 +66,7 @@ async def test_hosted_results_submitted_after_sigkill_continue_the_run(
             )
             streams.append([r.event async for r in stub.SubmitHostedToolResult(request)])
         final = streams[-1]
-        assert kinds(final) == [
-            "tool_result",
-            "turn_complete",
-            "assistant_delta",
-            "usage_snapshot",
-            "turn_complete",
-            "run_finished",
-        ]
+        assert kinds(final) == RESULT_THEN_TEXT
         assert text_of(final) == "All answers received."
         assert last_of(final, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
         assert final[0].run_id == first[0].run_id  # the run keeps its id across the suspension and restart

@@ -20,7 +20,7 @@ from general_agent_server.domain.events import RunFinished
 from general_agent_server.domain.transcript import MessageEntry
 from general_agent_server.sessions.live import LiveSession
 from tests.conftest import ServerFactory
-from tests.support.events import kinds, last_of, sequences, text_of
+from tests.support.events import RESULT_THEN_INJECTED, TEXT_RUN, TEXT_THEN_INJECTED, kinds, last_of, sequences, text_of
 from tests.support.rpc import (
     Stub,
     create_session,
@@ -101,7 +101,6 @@ def outcome(events: list[Any]) -> tuple[int, int]:
 
 STOPPED_BY_REQUEST = (event_pb2.RUN_OUTCOME_STOPPED, event_pb2.RUN_REASON_STOP_REQUESTED)
 COMPLETED = (event_pb2.RUN_OUTCOME_COMPLETED, event_pb2.RUN_REASON_UNSPECIFIED)
-TEXT_RUN = ["run_started", "assistant_delta", "usage_snapshot", "turn_complete", "run_finished"]
 
 
 # ---------------------------------------------------------------------------------------------- stop
@@ -251,17 +250,7 @@ async def test_inject_while_running_makes_one_more_model_call(stub: Stub, fake_m
     assert await user_messages(stub, sid) == [("long task", False), ("mention X", True)]
     run.reply.release()
     events = run.seen + await run.rest()
-    assert kinds(events) == [
-        "run_started",
-        "assistant_delta",
-        "usage_snapshot",
-        "turn_complete",
-        "message_injected",
-        "assistant_delta",
-        "usage_snapshot",
-        "turn_complete",
-        "run_finished",
-    ]
+    assert kinds(events) == TEXT_THEN_INJECTED
     assert [p.text.text for p in last_of(events, "message_injected").input] == ["mention X"]
     assert [e.turn_complete.stop_reason for e in events if e.HasField("turn_complete")] == [
         event_pb2.STOP_REASON_STOP,
@@ -284,15 +273,7 @@ async def test_inject_while_suspended_follows_the_tool_results(stub: Stub, fake_
     fake_model.enqueue(TextReply("Quick answer."))
     request = turn_api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_h", output_json='"42"')
     events = [r.event async for r in stub.SubmitHostedToolResult(request)]
-    assert kinds(events) == [
-        "tool_result",
-        "turn_complete",
-        "message_injected",
-        "assistant_delta",
-        "usage_snapshot",
-        "turn_complete",
-        "run_finished",
-    ]
+    assert kinds(events) == RESULT_THEN_INJECTED
     assert fake_model.requests[1].messages[2]["content"] == [
         {"type": "tool_result", "tool_use_id": "toolu_h", "content": "42"},
         {"type": "text", "text": "be quick", "cache_control": {"type": "ephemeral"}},
@@ -486,19 +467,7 @@ async def test_steer_while_suspended_is_consumed_at_the_continuation(stub: Stub,
     request = turn_api.SubmitHostedToolResultRequest(session_id=sid, call_id="toolu_h", output_json='"data"')
     submitted = [r.event async for r in stub.SubmitHostedToolResult(request)]
     steered = await asyncio.wait_for(steer, 10)
-    assert (
-        kinds(steered)
-        == kinds(submitted)
-        == [
-            "tool_result",
-            "turn_complete",
-            "message_injected",
-            "assistant_delta",
-            "usage_snapshot",
-            "turn_complete",
-            "run_finished",
-        ]
-    )
+    assert kinds(steered) == kinds(submitted) == RESULT_THEN_INJECTED
     assert all(e.run_id == suspended[0].run_id for e in steered)
     assert steered[-1] == submitted[-1]
     assert fake_model.requests[1].messages[2]["content"] == [
@@ -614,17 +583,7 @@ async def test_injection_committed_while_the_run_ends_is_still_delivered(
     response = await asyncio.wait_for(inject, 10)
     assert (response.accepted, response.run_id) == (True, seen[0].run_id)
     events = seen + await drain(call)
-    assert kinds(events) == [
-        "run_started",
-        "assistant_delta",
-        "usage_snapshot",
-        "turn_complete",
-        "message_injected",
-        "assistant_delta",
-        "usage_snapshot",
-        "turn_complete",
-        "run_finished",
-    ]
+    assert kinds(events) == TEXT_THEN_INJECTED
     assert sequences(events) == sorted(set(sequences(events)))
     assert outcome(events) == COMPLETED
     assert fake_model.requests[1].messages[-1]["content"] == [

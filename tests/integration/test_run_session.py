@@ -9,8 +9,8 @@ import grpc
 from general_agent.testing import FakeAnthropic, Reply, TextBlock, TextReply, ToolUseBlock
 from general_agent.v1 import event_pb2, session_pb2
 from general_agent.v1 import run_session_pb2 as run_session_api
-from tests.support.bidi import TEXT_RUN, Bidi, assert_strictly_increasing, hosted_session, open_bidi, rpc_failure
-from tests.support.events import kinds, last_of, text_of
+from tests.support.bidi import Bidi, assert_strictly_increasing, hosted_session, open_bidi, rpc_failure
+from tests.support.events import RESULT_THEN_TEXT, TEXT_RUN, kinds, last_of, text_of
 from tests.support.rpc import Stub, create_session, decode_status, get_session
 from tests.support.runs import hang
 
@@ -164,14 +164,7 @@ async def test_hosted_tool_round_over_the_stream(stub: Stub, fake_model: FakeAnt
     finished = await bidi.finished(started.run_id, start=mark)
     assert finished.run_finished.outcome == event_pb2.RUN_OUTCOME_COMPLETED
     continued = [r.event for r in bidi.log[mark:] if r.WhichOneof("response") == "event"]
-    assert kinds(continued) == [
-        "tool_result",
-        "turn_complete",
-        "assistant_delta",
-        "usage_snapshot",
-        "turn_complete",
-        "run_finished",
-    ]
+    assert kinds(continued) == RESULT_THEN_TEXT
     assert all(e.run_id == started.run_id for e in continued)
     assert continued[0].tool_result.call_id == "toolu_h1"
     assert text_of(continued) == "It is sunny."

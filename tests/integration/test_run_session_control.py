@@ -7,7 +7,7 @@ from general_agent.testing import FakeAnthropic, TextReply
 from general_agent.v1 import event_pb2, session_pb2
 from general_agent.v1 import run_session_pb2 as run_session_api
 from tests.support.bidi import hanging_stream_turn, open_bidi
-from tests.support.events import kinds, last_of, text_of
+from tests.support.events import TEXT_THEN_INJECTED, kinds, last_of, text_of
 from tests.support.rpc import Stub, create_session, get_session, stream_turn, text_input
 from tests.support.runs import hang
 
@@ -31,17 +31,7 @@ async def test_inject_while_running(stub: Stub, fake_model: FakeAnthropic) -> No
     finished = await bidi.finished(started.run_id)
     assert finished.run_finished.outcome == event_pb2.RUN_OUTCOME_COMPLETED
     events = bidi.events(started.run_id)
-    assert kinds(events) == [
-        "run_started",
-        "assistant_delta",
-        "usage_snapshot",
-        "turn_complete",
-        "message_injected",
-        "assistant_delta",
-        "usage_snapshot",
-        "turn_complete",
-        "run_finished",
-    ]
+    assert kinds(events) == TEXT_THEN_INJECTED
     message = last_of(events, "message_injected")
     assert [p.text.text for p in message.input] == ["also mention cats"]
     assert len(fake_model.requests) == 2

@@ -13,8 +13,8 @@ from general_agent.v1 import run_session_pb2 as run_session_api
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
-from tests.support.bidi import TEXT_RUN, hanging_stream_turn, hosted_session, open_bidi
-from tests.support.events import kinds, last_of, text_of
+from tests.support.bidi import hanging_stream_turn, hosted_session, open_bidi
+from tests.support.events import TEXT_RUN, kinds, last_of, text_of
 from tests.support.rpc import Stub, create_session, events_after, get_session, stream_turn, wait_idle
 from tests.support.runs import hang
 

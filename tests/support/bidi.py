@@ -21,9 +21,6 @@ from tests.support.runs import hang
 
 READ_TIMEOUT = 10.0
 
-# The events of a run that answers with text and no tool call.
-TEXT_RUN = ["run_started", "assistant_delta", "usage_snapshot", "turn_complete", "run_finished"]
-
 LOOKUP_SCHEMA_JSON = '{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}'
 
 

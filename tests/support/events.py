@@ -9,7 +9,17 @@ from typing import Any
 # The concatenated text of a stream's assistant (or reasoning) deltas: the Python client's helper.
 from general_agent.events import text_of
 
-__all__ = ["ONE_TOOL_THEN_TEXT", "kinds", "last_of", "sequences", "text_of"]
+__all__ = [
+    "ONE_TOOL_THEN_TEXT",
+    "RESULT_THEN_INJECTED",
+    "RESULT_THEN_TEXT",
+    "TEXT_RUN",
+    "TEXT_THEN_INJECTED",
+    "kinds",
+    "last_of",
+    "sequences",
+    "text_of",
+]
 
 
 def kinds(events: Iterable[Any]) -> list[str]:
@@ -40,6 +50,43 @@ ONE_TOOL_THEN_TEXT = [
     "tool_call",
     "tool_result",
     "turn_complete",
+    "assistant_delta",
+    "usage_snapshot",
+    "turn_complete",
+    "run_finished",
+]
+
+# The events of a run that answers with text and no tool call.
+TEXT_RUN = ["run_started", "assistant_delta", "usage_snapshot", "turn_complete", "run_finished"]
+
+# A text turn, then a message injected while it ran, answered by one more model call.
+TEXT_THEN_INJECTED = [
+    "run_started",
+    "assistant_delta",
+    "usage_snapshot",
+    "turn_complete",
+    "message_injected",
+    "assistant_delta",
+    "usage_snapshot",
+    "turn_complete",
+    "run_finished",
+]
+
+# A hosted tool result that continues a suspended run, answered with text.
+RESULT_THEN_TEXT = [
+    "tool_result",
+    "turn_complete",
+    "assistant_delta",
+    "usage_snapshot",
+    "turn_complete",
+    "run_finished",
+]
+
+# A hosted tool result that continues a suspended run, with a message injected while it was suspended.
+RESULT_THEN_INJECTED = [
+    "tool_result",
+    "turn_complete",
+    "message_injected",
     "assistant_delta",
     "usage_snapshot",
     "turn_complete",
