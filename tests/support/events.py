@@ -13,6 +13,7 @@ __all__ = [
     "ONE_TOOL_THEN_TEXT",
     "RESULT_THEN_INJECTED",
     "RESULT_THEN_TEXT",
+    "TEXT_ANSWER",
     "TEXT_RUN",
     "TEXT_THEN_INJECTED",
     "kinds",
@@ -43,6 +44,9 @@ def sequences(events: Iterable[Any]) -> list[int]:
     return [int(e.sequence) for e in events]
 
 
+# One model call answered with text: its deltas, its usage, the end of its turn.
+TEXT_ANSWER = ["assistant_delta", "usage_snapshot", "turn_complete"]
+
 # The events of a turn with one local tool call, then a text answer (docs/protocol.md, "Turns and events").
 ONE_TOOL_THEN_TEXT = [
     "run_started",
@@ -50,45 +54,18 @@ ONE_TOOL_THEN_TEXT = [
     "tool_call",
     "tool_result",
     "turn_complete",
-    "assistant_delta",
-    "usage_snapshot",
-    "turn_complete",
+    *TEXT_ANSWER,
     "run_finished",
 ]
 
 # The events of a run that answers with text and no tool call.
-TEXT_RUN = ["run_started", "assistant_delta", "usage_snapshot", "turn_complete", "run_finished"]
+TEXT_RUN = ["run_started", *TEXT_ANSWER, "run_finished"]
 
 # A text turn, then a message injected while it ran, answered by one more model call.
-TEXT_THEN_INJECTED = [
-    "run_started",
-    "assistant_delta",
-    "usage_snapshot",
-    "turn_complete",
-    "message_injected",
-    "assistant_delta",
-    "usage_snapshot",
-    "turn_complete",
-    "run_finished",
-]
+TEXT_THEN_INJECTED = ["run_started", *TEXT_ANSWER, "message_injected", *TEXT_ANSWER, "run_finished"]
 
 # A hosted tool result that continues a suspended run, answered with text.
-RESULT_THEN_TEXT = [
-    "tool_result",
-    "turn_complete",
-    "assistant_delta",
-    "usage_snapshot",
-    "turn_complete",
-    "run_finished",
-]
+RESULT_THEN_TEXT = ["tool_result", "turn_complete", *TEXT_ANSWER, "run_finished"]
 
 # A hosted tool result that continues a suspended run, with a message injected while it was suspended.
-RESULT_THEN_INJECTED = [
-    "tool_result",
-    "turn_complete",
-    "message_injected",
-    "assistant_delta",
-    "usage_snapshot",
-    "turn_complete",
-    "run_finished",
-]
+RESULT_THEN_INJECTED = ["tool_result", "turn_complete", "message_injected", *TEXT_ANSWER, "run_finished"]
