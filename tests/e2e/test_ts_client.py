@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import subprocess
 
-from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
+from general_agent.testing import FakeAnthropicThread
 from tests.e2e.conftest import TS_CLIENT_DIR, TSX, describe_run, require_executable, require_file
+from tests.e2e.hosted_example import check_hosted_example
 from tests.support.subprocess_server import ServerProcess
 
 TSC = TS_CLIENT_DIR / "node_modules" / ".bin" / "tsc"
@@ -35,35 +36,11 @@ def test_ts_example_answers_an_approval_and_a_hosted_call(
 ) -> None:
     require_executable("node")
     tsx = require_file(TSX, "tsx (clients/ts/node_modules/.bin/tsx)")
-    lookup = ToolUseBlock(id="toolu_l", name="lookup", input={"q": "TypeScript"})
-    write = ToolUseBlock(id="toolu_w", name="write", input={"path": "notes.txt", "content": "TS notes"})
-    fake_model_thread.enqueue(Reply(blocks=[lookup, write], stop_reason="tool_use"), TextReply("all done"))
-
-    result = subprocess.run(
+    check_hosted_example(
         [str(tsx), "examples/hosted.ts", "--addr", server_process.address, "--prompt", "look up and write"],
         cwd=TS_CLIENT_DIR,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
+        server=server_process,
+        fake_model=fake_model_thread,
+        word="TypeScript",
+        notes="TS notes",
     )
-
-    details = describe_run(result, server_process)
-    assert result.returncode == 0, details
-    lines = result.stdout.splitlines()
-    assert lines[0].startswith("session "), details
-    session_id = lines[0].removeprefix("session ")
-    assert sorted(lines[1:3]) == sorted(
-        ["hosted: lookup TypeScript", 'approval: Approve write? {"path":"notes.txt","content":"TS notes"}']
-    ), details
-    assert sorted(lines[3:5]) == ["tool_result: lookup", "tool_result: write"], details
-    expected_end = ["text: all done", "outcome: RUN_OUTCOME_COMPLETED", "error: NotFound SESSION_NOT_FOUND"]
-    assert lines[5:] == expected_end, details
-    [written] = list(server_process.state_dir.rglob(f"{session_id}/notes.txt"))
-    assert written.read_text() == "TS notes"
-    requests = fake_model_thread.wait_for_requests(2, timeout=5.0)
-    results = {block["tool_use_id"]: block for block in requests[1].messages[-1]["content"]}
-    assert not any(block.get("is_error") for block in results.values()), results
-    output = results["toolu_l"]["content"]
-    text = output if isinstance(output, str) else output[0]["text"]
-    assert json.loads(text) == {"word": "TypeScript", "meaning": "a programming language"}

@@ -3,10 +3,8 @@ caps, the cache, HTTP failures and connection pinning."""
 
 from __future__ import annotations
 
-import json
 import re
 import socket
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,9 +12,10 @@ from typing import Any
 import pytest
 
 from general_agent_server.security.ssrf import SsrfGuard
-from general_agent_server.tools.runtime import ToolContext, ToolFailure, ToolOutcome
+from general_agent_server.tools.runtime import ToolFailure
 from general_agent_server.tools.web.fetch import WebFetchConfig, WebFetchTool
 from tests.support.fake_web import FakeWeb
+from tests.unit.tools.web_support import context, payload_of, untrusted_content
 
 ARTICLE = """<html><head><title>Moths of Europe</title></head><body>
 <nav><a href="/">Home</a> <a href="/shop">Shop</a></nav>
@@ -35,39 +34,14 @@ ALLOW_LOCAL = SsrfGuard(allow_hosts=["127.0.0.1"])
 CONFIG = WebFetchConfig(timeout_seconds=10, max_redirects=3, user_agent="TestAgent/1.0")
 
 
-def context(tmp_path: Path) -> ToolContext:
-    return ToolContext(tenant="default", session_id="s1", run_id="r1", call_id="c1", workspace=tmp_path)
-
-
-@pytest.fixture
-async def web() -> AsyncIterator[FakeWeb]:
-    async with FakeWeb() as server:
-        yield server
-
-
 async def fetch(tool: WebFetchTool, tmp_path: Path, **arguments: Any) -> dict[str, Any]:
     outcome = await tool.run(arguments, context(tmp_path))
     return payload_of(outcome)
 
 
-def payload_of(outcome: ToolOutcome) -> dict[str, Any]:
-    assert not outcome.is_error
-    details: dict[str, Any] = json.loads(outcome.details_json)
-    # The model reads the same payload, as pretty JSON.
-    assert outcome.error_text == json.dumps(details, indent=2, ensure_ascii=False)
-    return details
-
-
 def content_of(text: str) -> str:
-    """The content between the markers."""
-    match = re.search(
-        r'<<<EXTERNAL_UNTRUSTED_CONTENT id="([0-9a-f]{16})">>>\nSource: Web Fetch\n---\n(.*)\n'
-        r'<<<END_EXTERNAL_UNTRUSTED_CONTENT id="\1">>>$',
-        text,
-        re.DOTALL,
-    )
-    assert match is not None, text
-    return match.group(2)
+    """The fetched content between the markers."""
+    return untrusted_content(text, "Web Fetch")
 
 
 async def test_html_article_as_markdown(web: FakeWeb, tmp_path: Path) -> None:

@@ -19,18 +19,13 @@ from general_agent_server.tools.runtime import ToolFailure
 from general_agent_server.tools.web.fetch import WebFetchConfig, WebFetchTool
 from general_agent_server.tools.web.firecrawl import FirecrawlConfig, scrape_endpoint
 from tests.support.fake_web import FIRECRAWL_PATH, FakeWeb
-from tests.unit.tools.test_web_fetch import ALLOW_LOCAL, CONFIG, content_of, context, fetch
+from tests.unit.tools.test_web_fetch import ALLOW_LOCAL, CONFIG, content_of, fetch
+from tests.unit.tools.web_support import context
 
 KEY = "fc-test-key-0123456789abcdef"
 SCRAPED = "# Scraped title\n\nThe **rendered** page, as [markdown](https://example.org/more)."
 JS_APP = "<html><head><title>App</title></head><body><div id='root'></div><script>render()</script></body></html>"
 TABLE_ONLY = "<html><body><table><tr><td>alpha</td><td>beta</td></tr></table></body></html>"
-
-
-@pytest.fixture
-async def web() -> AsyncIterator[FakeWeb]:
-    async with FakeWeb() as server:
-        yield server
 
 
 @pytest.fixture

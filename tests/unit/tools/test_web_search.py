@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
-from collections.abc import AsyncIterator
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -13,27 +11,18 @@ from typing import Any
 import pytest
 
 from general_agent_server.config import load_settings
-from general_agent_server.tools.runtime import ToolContext, ToolFailure, ToolOutcome
+from general_agent_server.tools.runtime import ToolFailure
 from general_agent_server.tools.web.brave import BraveProvider
 from general_agent_server.tools.web.duckduckgo import DuckDuckGoProvider, decode_result_url
 from general_agent_server.tools.web.search import WebSearchTool
 from tests.support.fake_web import BRAVE_PATH, DDG_CHALLENGE, DDG_PATH, FakeWeb, SearchHit
+from tests.unit.tools.web_support import context, payload_of, untrusted_content
 
 BRAVE_KEY = "brave-secret-key-0123456789"
 HITS = [
     SearchHit(f"Result {n} <b>&</b> co", f"https://www.site{n}.example/page?id={n}&x=y", f"Snippet number {n}")
     for n in range(1, 13)
 ]
-
-
-def context(tmp_path: Path) -> ToolContext:
-    return ToolContext(tenant="default", session_id="s1", run_id="r1", call_id="c1", workspace=tmp_path)
-
-
-@pytest.fixture
-async def web() -> AsyncIterator[FakeWeb]:
-    async with FakeWeb() as server:
-        yield server
 
 
 def ddg_tool(web: FakeWeb, ttl: float = 900) -> WebSearchTool:
@@ -45,22 +34,11 @@ def brave_tool(web: FakeWeb, key: str = BRAVE_KEY) -> WebSearchTool:
 
 
 async def search(tool: WebSearchTool, tmp_path: Path, **arguments: Any) -> dict[str, Any]:
-    outcome: ToolOutcome = await tool.run(arguments, context(tmp_path))
-    assert not outcome.is_error
-    payload: dict[str, Any] = json.loads(outcome.details_json)
-    assert outcome.error_text == json.dumps(payload, indent=2, ensure_ascii=False)
-    return payload
+    return payload_of(await tool.run(arguments, context(tmp_path)))
 
 
 def unwrap(text: str) -> str:
-    match = re.fullmatch(
-        r'<<<EXTERNAL_UNTRUSTED_CONTENT id="([0-9a-f]{16})">>>\nSource: Web Search\n---\n(.*)\n'
-        r'<<<END_EXTERNAL_UNTRUSTED_CONTENT id="\1">>>',
-        text,
-        re.DOTALL,
-    )
-    assert match is not None, text
-    return match.group(2)
+    return untrusted_content(text, "Web Search", whole=True)
 
 
 async def test_duckduckgo_results(web: FakeWeb, tmp_path: Path) -> None:
