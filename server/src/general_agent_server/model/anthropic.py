@@ -14,6 +14,7 @@ from typing import Any
 
 import anthropic
 import httpx2
+from anthropic.types import Message, RawMessageStreamEvent
 
 from general_agent_server.domain.session import Usage
 from general_agent_server.model.port import (
@@ -27,6 +28,7 @@ from general_agent_server.model.port import (
     ThinkingDelta,
 )
 from general_agent_server.model.request_log import log_model_request
+from general_agent_server.model.wire_body import BodyEncoder
 from general_agent_server.security.redaction import scrub
 from general_agent_server.sessions import session_log
 
@@ -69,6 +71,7 @@ class AnthropicModelClient:
         self._timeout = timeout_seconds
         self._max_retries = max_retries
         self._clients: dict[tuple[str, str], anthropic.AsyncAnthropic] = {}
+        self._encoder = BodyEncoder()
 
     def _client(self, credential: Credential) -> anthropic.AsyncAnthropic:
         # Keyed by a hash so the key itself is not kept twice in memory structures that might be dumped.
@@ -109,24 +112,23 @@ class AnthropicModelClient:
                 log_model_request(request, credential, time.perf_counter() - started, complete, error)
 
     async def _stream(self, request: ModelRequest, credential: Credential) -> AsyncIterator[ModelStreamEvent]:
-        params: dict[str, Any] = {
-            "model": request.model,
-            "max_tokens": request.max_tokens,
-            "messages": request.messages,
-        }
-        if request.system:
-            params["system"] = request.system
-        if request.tools:
-            params["tools"] = request.tools
-        if request.thinking is not None:
-            params["thinking"] = request.thinking
+        # The body `messages.create(stream=True)` would send, pre-encoded (model/wire_body.py), through the SDK's
+        # public request method: same endpoint, headers, retries, errors and event stream.
+        options: anthropic.RequestOptions = {}
         if request.betas:
-            params["extra_headers"] = {"anthropic-beta": ",".join(request.betas)}
+            options["headers"] = {"anthropic-beta": ",".join(request.betas)}
         client = self._client(credential)
         usage: dict[str, int] = {}
         request_id = ""
         try:
-            stream = await client.messages.create(**params, stream=True)
+            stream: anthropic.AsyncStream[Any] = await client.post(
+                "/v1/messages",
+                cast_to=Message,
+                content=self._encoder.body(request),
+                options=options,
+                stream=True,
+                stream_cls=anthropic.AsyncStream[RawMessageStreamEvent],
+            )
         except anthropic.APIError as exc:
             raise _call_error(exc, credential) from None
         blocks: dict[int, _Block] = {}

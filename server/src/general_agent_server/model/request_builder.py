@@ -101,8 +101,7 @@ def build_request(
     thinking = thinking_param(config, model_ref, max_tokens)
     interleaved = thinking is not None and bool(tools) and capabilities(model_ref).interleaved_thinking_beta
     if tools:
-        # The tool definitions are a cache breakpoint of their own: they change less often than messages.
-        tools = [*tools[:-1], {**tools[-1], "cache_control": _EPHEMERAL}]
+        tools = _marked_tools(tools)
     return ModelRequest(
         model=provider_model_id(model_ref),
         max_tokens=max_tokens,
@@ -112,6 +111,24 @@ def build_request(
         thinking=thinking,
         betas=(INTERLEAVED_THINKING_BETA,) if interleaved else (),
     )
+
+
+# A tool set's definitions list → that list with its cache breakpoint; one list object per tool set, so the body
+# encoder encodes a session's tools once (model/wire_body.py).
+_MARKED_TOOLS: dict[int, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
+_MARKED_TOOLS_MAX = 4096
+
+
+def _marked_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tool definitions are a cache breakpoint of their own: they change less often than messages."""
+    kept = _MARKED_TOOLS.get(id(tools))
+    if kept is not None and kept[0] is tools:
+        return kept[1]
+    marked = [*tools[:-1], {**tools[-1], "cache_control": _EPHEMERAL}]
+    if len(_MARKED_TOOLS) >= _MARKED_TOOLS_MAX:
+        _MARKED_TOOLS.clear()
+    _MARKED_TOOLS[id(tools)] = (tools, marked)
+    return marked
 
 
 def _with_prepended_context(history: Sequence[HistoryMessage], run_id: str, context: str) -> list[HistoryMessage]:
