@@ -67,17 +67,22 @@ def history_messages(history: Sequence[HistoryMessage], model_ref: str) -> list[
     """The history as API messages: consecutive messages of one role merged (a failed call leaves two
     user messages in a row), thinking blocks kept only for the model family that wrote them."""
     family = capabilities(model_ref).family
+    same_family: dict[str, bool] = {}
     messages: list[dict[str, Any]] = []
     for message in history:
-        content = list(message.content)
-        if message.role == "assistant" and message.model_ref and capabilities(message.model_ref).family != family:
-            content = [b for b in content if b.get("type") not in _THINKING_TYPES]
+        content = message.content
+        if message.role == "assistant" and message.model_ref:
+            same = same_family.get(message.model_ref)
+            if same is None:
+                same = same_family[message.model_ref] = capabilities(message.model_ref).family == family
+            if not same:
+                content = tuple(b for b in content if b.get("type") not in _THINKING_TYPES)
         if not content:
             continue
         if messages and messages[-1]["role"] == message.role:
             messages[-1]["content"].extend(content)
         else:
-            messages.append({"role": message.role, "content": content})
+            messages.append({"role": message.role, "content": list(content)})
     return messages
 
 

@@ -26,6 +26,9 @@ _encode: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), all
 DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
 
 
+_ROLE_PREFIX: Final = {role: b'{"role":"' + role.encode() + b'","content":[' for role in ("user", "assistant")}
+
+
 def dumps(value: object) -> bytes:
     return _encode(value).encode()
 
@@ -59,15 +62,12 @@ class BodyEncoder:
 
     def _message(self, message: dict[str, Any]) -> bytes:
         content = message.get("content")
-        if len(message) != 2 or type(content) is not list or not isinstance(message.get("role"), str):
+        prefix = _ROLE_PREFIX.get(message.get("role"))  # type: ignore[arg-type]
+        if prefix is None or len(message) != 2 or type(content) is not list:
             return dumps(message)
-        blocks = b",".join([self._block(b) for b in content])
-        return b'{"role":' + dumps(message["role"]) + b',"content":[' + blocks + b"]}"
-
-    def _block(self, block: object) -> bytes:
-        if type(block) is dict and "cache_control" in block:
-            return dumps(block)
-        return self._piece(block)
+        piece = self._piece
+        blocks = [dumps(b) if type(b) is dict and "cache_control" in b else piece(b) for b in content]
+        return prefix + b",".join(blocks) + b"]}"
 
     def _piece(self, value: object) -> bytes:
         kept = self._kept.get(id(value))
