@@ -1,4 +1,5 @@
-"""Fixtures of the integration tests that serve hosts of their own (hook services)."""
+"""Fixtures of the integration tests: hosts a test serves itself (hook services), and the half-close of every
+RunSession call a test opened (tests/support/bidi.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
+
+from tests.support.bidi import close_request_iterators  # autouse: every Bidi is half-closed after its test
+
+__all__ = ["close_request_iterators"]
 
 
 @pytest.fixture

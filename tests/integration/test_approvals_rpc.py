@@ -24,7 +24,7 @@ from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
 from tests.conftest import ServerFactory
 from tests.integration.test_remote_hooks import ALLOW_LOOPBACK, Host, registration, serve
-from tests.integration.test_run_session import Bidi, lookup_tool, open_bidi
+from tests.support.bidi import Bidi, lookup_tool, open_bidi
 from tests.support.events import kinds, last_of
 from tests.support.rpc import Stub, create_session, decode_error, decode_status, get_session, stream_turn
 

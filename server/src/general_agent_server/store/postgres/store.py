@@ -22,7 +22,7 @@ from general_agent_server.store.postgres import reads, writes
 from general_agent_server.store.postgres.dsn import StoreDsn
 from general_agent_server.store.postgres.schema import migrate
 from general_agent_server.store.postgres.writer import PgWriter
-from general_agent_server.store.sqlite.rows import SESSION_SELECT, record_from_row, to_us
+from general_agent_server.store.rows import SESSION_SELECT, record_from_row, to_us
 from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
 
 

@@ -14,8 +14,8 @@ from asyncpg.pool import PoolConnectionProxy
 from general_agent_server.domain import codec
 from general_agent_server.domain.session import SessionRecord
 from general_agent_server.store.port import SessionExistsError, VersionConflictError, WriteBatch
+from general_agent_server.store.rows import session_columns, to_us
 from general_agent_server.store.sqlite.operations import SESSION_TABLES
-from general_agent_server.store.sqlite.rows import session_columns, to_us
 from general_agent_server.workspace.checkpoints.recorder import Checkpoint
 
 # A connection of its own or one borrowed from the pool.

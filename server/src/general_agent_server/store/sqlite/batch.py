@@ -12,8 +12,8 @@ from general_agent_server.domain import codec
 from general_agent_server.domain.records import IdempotencyRecord
 from general_agent_server.domain.session import SessionRecord
 from general_agent_server.store.port import VersionConflictError, WriteBatch
+from general_agent_server.store.rows import session_columns, to_us
 from general_agent_server.store.sqlite.operations import HookRegistration, Operation
-from general_agent_server.store.sqlite.rows import session_columns, to_us
 
 
 def apply_write(conn: sqlite3.Connection, batch: WriteBatch, operation: Operation | None) -> None:

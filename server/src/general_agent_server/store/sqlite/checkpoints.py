@@ -9,13 +9,18 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiosqlite
 
 from general_agent_server.store.port import WriteBatch
-from general_agent_server.store.sqlite.rows import fetch_all, from_us, to_us
-from general_agent_server.workspace.checkpoints.files import CheckpointFile
+from general_agent_server.store.rows import (
+    CHECKPOINT_CHAIN_SELECT,
+    CHECKPOINT_INFO_SELECT,
+    checkpoint_chain,
+    checkpoint_infos,
+    to_us,
+)
+from general_agent_server.store.sqlite.rows import fetch_all
 from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
 
 
@@ -86,57 +91,29 @@ class DeleteCheckpoints:
 async def list_checkpoints(
     conn: aiosqlite.Connection, tenant: str, session_id: str, *, before_position: int, limit: int
 ) -> list[CheckpointInfo]:
-    rows = await fetch_all(
+    found = await fetch_all(
         conn,
-        "SELECT position, checkpoint_id, run_id, call_id, tool_name, create_time_us, paths_json, stored_bytes"
-        " FROM checkpoints WHERE tenant=? AND session_id=? AND (?=0 OR position<?) ORDER BY position DESC LIMIT ?",
+        CHECKPOINT_INFO_SELECT
+        + " WHERE tenant=? AND session_id=? AND (?=0 OR position<?) ORDER BY position DESC LIMIT ?",
         (tenant, session_id, before_position, before_position, limit),
     )
-    return [
-        CheckpointInfo(
-            position=r[0],
-            checkpoint_id=r[1],
-            run_id=r[2],
-            call_id=r[3],
-            tool_name=r[4],
-            created_at=from_us(r[5]),
-            paths=tuple(json.loads(r[6])),
-            stored_bytes=r[7],
-        )
-        for r in rows
-    ]
+    return checkpoint_infos(found)
+
+
+_DOWN_TO = (
+    " WHERE c.tenant=? AND c.session_id=? AND c.position >="
+    " (SELECT position FROM checkpoints WHERE tenant=? AND session_id=? AND checkpoint_id=?)"
+    " ORDER BY c.position DESC, f.idx"
+)
 
 
 async def load_checkpoints_down_to(
     conn: aiosqlite.Connection, tenant: str, session_id: str, checkpoint_id: str
 ) -> list[Checkpoint]:
     # One statement, so the checkpoints and their files come from one consistent snapshot.
-    rows = await fetch_all(
+    found = await fetch_all(
         conn,
-        "SELECT c.checkpoint_id, c.run_id, c.call_id, c.tool_name, c.create_time_us,"
-        " f.path, f.existed_before, f.content"
-        " FROM checkpoints c LEFT JOIN checkpoint_files f"
-        " ON f.tenant=c.tenant AND f.session_id=c.session_id AND f.checkpoint_id=c.checkpoint_id"
-        " WHERE c.tenant=? AND c.session_id=? AND c.position >="
-        " (SELECT position FROM checkpoints WHERE tenant=? AND session_id=? AND checkpoint_id=?)"
-        " ORDER BY c.position DESC, f.idx",
+        CHECKPOINT_CHAIN_SELECT + _DOWN_TO,
         (tenant, session_id, tenant, session_id, checkpoint_id),
     )
-    headers: dict[str, tuple[Any, ...]] = {}
-    files: dict[str, list[CheckpointFile]] = {}
-    for r in rows:
-        headers.setdefault(r[0], tuple(r[:5]))
-        bucket = files.setdefault(r[0], [])
-        if r[5] is not None:
-            bucket.append(CheckpointFile(path=r[5], existed_before=bool(r[6]), prior_content=bytes(r[7])))
-    return [
-        Checkpoint(
-            checkpoint_id=cid,
-            run_id=run_id,
-            call_id=call_id,
-            tool_name=tool_name,
-            created_at=from_us(create_us),
-            files=tuple(files[cid]),
-        )
-        for cid, (_, run_id, call_id, tool_name, create_us) in headers.items()
-    ]
+    return checkpoint_chain(found)

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from general_agent_server.domain.session import SessionRecord
 from general_agent_server.store.port import SessionExistsError, WriteBatch
-from general_agent_server.store.sqlite.rows import session_columns, to_us
+from general_agent_server.store.rows import session_columns, to_us
 
 
 class Operation(Protocol):

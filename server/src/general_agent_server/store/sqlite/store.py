@@ -21,6 +21,17 @@ from general_agent_server.domain.session import SessionRecord
 from general_agent_server.domain.transcript import TranscriptEntry
 from general_agent_server.observability.port import Observer
 from general_agent_server.store.port import ListCursor, SessionQuery, StoreError, WriteBatch
+from general_agent_server.store.rows import (
+    EVENT_SELECT,
+    IDEMPOTENCY_SELECT,
+    SESSION_SELECT,
+    TRANSCRIPT_SELECT,
+    idempotency_record,
+    record_from_row,
+    sequenced_events,
+    to_us,
+    transcript_entries,
+)
 from general_agent_server.store.sqlite import checkpoints
 from general_agent_server.store.sqlite.operations import (
     DeleteSession,
@@ -30,14 +41,7 @@ from general_agent_server.store.sqlite.operations import (
     Operation,
     PurgeEvents,
 )
-from general_agent_server.store.sqlite.rows import (
-    SESSION_SELECT,
-    fetch_all,
-    from_us,
-    list_sessions_query,
-    record_from_row,
-    to_us,
-)
+from general_agent_server.store.sqlite.rows import fetch_all, list_sessions_query
 from general_agent_server.store.sqlite.writer import GroupCommitWriter
 from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
 
@@ -149,21 +153,11 @@ class SqliteSessionStore:
     async def read_transcript(
         self, tenant: str, session_id: str, *, after_entry_id: int, limit: int
     ) -> list[TranscriptEntry]:
-        rows = await self._fetch_all(
-            "SELECT entry_id, sequence, run_id, timestamp_us, entry_json FROM transcript"
-            " WHERE tenant=? AND session_id=? AND entry_id>? ORDER BY entry_id LIMIT ?",
+        found = await self._fetch_all(
+            TRANSCRIPT_SELECT + " WHERE tenant=? AND session_id=? AND entry_id>? ORDER BY entry_id LIMIT ?",
             (tenant, session_id, after_entry_id, limit),
         )
-        return [
-            TranscriptEntry(
-                entry_id=r[0],
-                sequence=r[1],
-                run_id=r[2],
-                timestamp=from_us(r[3]),
-                body=codec.TRANSCRIPT_BODY.loads(r[4]),
-            )
-            for r in rows
-        ]
+        return transcript_entries(found)
 
     async def count_transcript(self, tenant: str, session_id: str) -> int:
         row = await self._fetch_one(
@@ -174,21 +168,11 @@ class SqliteSessionStore:
     async def read_events(
         self, tenant: str, session_id: str, *, after_sequence: int, limit: int
     ) -> list[SequencedEvent]:
-        rows = await self._fetch_all(
-            "SELECT sequence, run_id, create_time_us, body_json FROM events"
-            " WHERE tenant=? AND session_id=? AND sequence>? ORDER BY sequence LIMIT ?",
+        found = await self._fetch_all(
+            EVENT_SELECT + " WHERE tenant=? AND session_id=? AND sequence>? ORDER BY sequence LIMIT ?",
             (tenant, session_id, after_sequence, limit),
         )
-        return [
-            SequencedEvent(
-                sequence=r[0],
-                session_id=session_id,
-                run_id=r[1],
-                create_time=from_us(r[2]),
-                body=codec.EVENT_BODY.loads(r[3]),
-            )
-            for r in rows
-        ]
+        return sequenced_events(session_id, found)
 
     async def purge_events(self, tenant: str, session_id: str, *, keep_last: int, older_than: datetime) -> None:
         await self._run_operation(
@@ -294,19 +278,10 @@ class SqliteSessionStore:
     # ------------------------------------------------------------------ idempotency
     async def get_idempotency(self, tenant: str, rpc: str, request_id: str) -> IdempotencyRecord | None:
         row = await self._fetch_one(
-            "SELECT body_hash, result_json, create_time_us FROM idempotency WHERE tenant=? AND rpc=? AND request_id=?",
+            IDEMPOTENCY_SELECT + " WHERE tenant=? AND rpc=? AND request_id=?",
             (tenant, rpc, request_id),
         )
-        if row is None:
-            return None
-        return IdempotencyRecord(
-            tenant=tenant,
-            rpc=rpc,
-            request_id=request_id,
-            body_hash=row[0],
-            result_json=row[1],
-            create_time=from_us(row[2]),
-        )
+        return idempotency_record(tenant, rpc, request_id, row)
 
     async def put_idempotency(self, record: IdempotencyRecord) -> None:
         await self.write(WriteBatch(tenant=record.tenant, session_id="", idempotency=record))

@@ -1,0 +1,144 @@
+"""The group-commit loop both durable stores write through: one queue and one asyncio task, so writes commit in
+the order they were made (the BatchWriter contract), grouped into one transaction. Buffered writes
+(durable=False) wait up to `flush_interval` for company unless a durable write arrives, so a 1,000-delta turn
+costs a handful of commits, not a thousand. A group that fails is retried write by write, so only the failing
+write reports its error; the loop itself never dies (a locked or failing database fails the writes of that
+moment, and later writes proceed). Each store's writer subclasses GroupCommitLoop and supplies only its
+transaction: `_transaction(items)` applies the items in one transaction, or raises and leaves nothing of them
+applied."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from general_agent_server.observability.port import Observer
+from general_agent_server.store.port import StoreError, WriteBatch
+
+logger = logging.getLogger(__name__)
+
+Op = TypeVar("Op")
+
+
+@dataclass
+class QueuedWrite(Generic[Op]):
+    batch: WriteBatch
+    done: asyncio.Future[None] | None
+    # Session creation, deletion and leases ride the same queue as batches so they are ordered with
+    # them; the operation runs first in the batch's transaction.
+    operation: Op | None = None
+
+
+class GroupCommitLoop(ABC, Generic[Op]):
+    """Owns the queue and the task (see module docstring). `start`, then `submit` any number of times;
+    `stop` commits everything queued and ends the task."""
+
+    def __init__(self, *, flush_interval: float, name: str) -> None:
+        self._flush_interval = flush_interval
+        self._name = name
+        self._queue: asyncio.Queue[QueuedWrite[Op] | None] = asyncio.Queue()
+        self._urgent = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        # Told each group commit's latency and size (observability/port.py); None: nobody asks.
+        self.observer: Observer | None = None
+
+    @abstractmethod
+    async def _transaction(self, items: list[QueuedWrite[Op]]) -> None:
+        """Applies `items` in one transaction, or raises with nothing of them applied."""
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name=self._name)
+
+    async def stop(self) -> None:
+        """Commits everything queued, then ends the loop."""
+        if self._task is None:
+            return
+        await self._queue.put(None)
+        self._urgent.set()
+        await self._task
+        self._task = None
+
+    async def submit(self, batch: WriteBatch, *, durable: bool = True, operation: Op | None = None) -> None:
+        """Queues a write; a durable one (every operation is) returns once committed or raises StoreError."""
+        if self._task is None:
+            raise StoreError("store is not open")
+        if not durable and operation is None:
+            self._queue.put_nowait(QueuedWrite(batch, None))
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(QueuedWrite(batch, done, operation))
+        self._urgent.set()
+        await done
+
+    async def _loop(self) -> None:
+        stopping = False
+        while not stopping:
+            first = await self._queue.get()
+            if first is None:
+                break
+            group = [first]
+            if first.done is None and not self._urgent.is_set():
+                # Only buffered writes so far: give more a moment to arrive, unless one must commit now.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._urgent.wait(), self._flush_interval)
+            self._urgent.clear()
+            while not self._queue.empty():
+                item = self._queue.get_nowait()
+                if item is None:
+                    stopping = True
+                    break
+                group.append(item)
+            await self._commit(group)
+        # Drain anything left so no caller waits forever.
+        rest: list[QueuedWrite[Op]] = []
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if item is not None:
+                rest.append(item)
+        if rest:
+            await self._commit(rest)
+
+    async def _commit(self, group: list[QueuedWrite[Op]]) -> None:
+        started = time.perf_counter()
+        errors = await self._isolated(group)
+        if self.observer is not None:
+            self.observer.store_commit(time.perf_counter() - started, len(group))
+        for item, error in zip(group, errors, strict=True):
+            _settle(item, error)
+
+    async def _isolated(self, group: list[QueuedWrite[Op]]) -> list[BaseException | None]:
+        """Commits the group in one transaction; on failure retries each write alone so that only the
+        failing one reports the error."""
+        try:
+            await self._transaction(group)
+        except Exception as exc:
+            if len(group) == 1:
+                return [exc]
+            errors: list[BaseException | None] = []
+            for item in group:
+                try:
+                    await self._transaction([item])
+                except Exception as single:
+                    errors.append(single)
+                else:
+                    errors.append(None)
+            return errors
+        return [None] * len(group)
+
+
+def _settle(item: QueuedWrite[Op], error: BaseException | None) -> None:
+    if item.done is None:
+        if error is not None:
+            logger.error("buffered write failed: %s", error, extra={"category": "system"})
+        return
+    if item.done.done():
+        return
+    if error is None:
+        item.done.set_result(None)
+    else:
+        item.done.set_exception(error if isinstance(error, StoreError) else StoreError(str(error)))

@@ -1,0 +1,222 @@
+"""How records map to rows in both durable stores (the SQL differs per store, the columns do not): timestamps as
+integer microseconds, the session row (its queryable columns plus JSON documents) and the rows of the
+transcript, event log, idempotency and checkpoint reads, each taken in its SELECT's column order."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from general_agent_server.domain import codec
+from general_agent_server.domain.events import SequencedEvent
+from general_agent_server.domain.records import IdempotencyRecord
+from general_agent_server.domain.session import SessionIdentity, SessionMode, SessionRecord, SessionState, Usage
+from general_agent_server.domain.transcript import TranscriptEntry
+from general_agent_server.workspace.checkpoints.files import CheckpointFile
+from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
+
+
+class Row(Protocol):
+    """A row as both drivers return it (sqlite3.Row, asyncpg.Record, tuple): read by column position."""
+
+    def __getitem__(self, index: int, /) -> Any: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+def to_us(value: datetime) -> int:
+    return int(value.timestamp() * 1_000_000)
+
+
+def from_us(value: int) -> datetime:
+    return datetime.fromtimestamp(value / 1_000_000, tz=UTC)
+
+
+SESSION_SELECT = (
+    "SELECT tenant, session_id, session_key, mode, parent_session_id, state, config_json, runtime_json,"
+    " last_sequence, sequence_reserved, history_message_count, create_time_us, update_time_us, version"
+    " FROM sessions"
+)
+
+
+def session_columns(record: SessionRecord) -> tuple[Any, ...]:
+    """The sessions columns from tenant to version, in table order (create_time_us excluded)."""
+    runtime = {
+        "active_run_id": record.active_run_id,
+        "pending_call_ids": list(record.pending_call_ids),
+        "stop_requested": record.stop_requested,
+        "usage_snapshot": codec.USAGE_SNAPSHOT.to_jsonable(record.usage_snapshot) if record.usage_snapshot else None,
+        "cumulative_usage": codec.USAGE.to_jsonable(record.cumulative_usage),
+        "forked_from": codec.FORK_ORIGIN.to_jsonable(record.forked_from) if record.forked_from else None,
+        "pending_injections": [codec.CONTENT_PARTS.to_jsonable(parts) for parts in record.pending_injections],
+        "last_compaction_us": to_us(record.last_compaction_time) if record.last_compaction_time else None,
+        "approved_tools": list(record.approved_tools),
+    }
+    return (
+        record.tenant,
+        record.session_id,
+        record.identity.session_key,
+        record.identity.mode.value,
+        record.parent_session_id,
+        record.state.value,
+        codec.SESSION_CONFIG.dumps(record.config),
+        json.dumps(dict(record.config.labels), sort_keys=True),
+        json.dumps(runtime),
+        record.last_sequence,
+        record.sequence_reserved,
+        record.history_message_count,
+        to_us(record.update_time),
+        record.version,
+    )
+
+
+def record_from_row(row: Row) -> SessionRecord:
+    """A SessionRecord from a row of SESSION_SELECT."""
+    (
+        tenant,
+        session_id,
+        session_key,
+        mode,
+        parent,
+        state,
+        config_json,
+        runtime_json,
+        last_sequence,
+        sequence_reserved,
+        history_count,
+        create_us,
+        update_us,
+        version,
+    ) = row
+    runtime = json.loads(runtime_json)
+    snapshot = runtime.get("usage_snapshot")
+    forked = runtime.get("forked_from")
+    return SessionRecord(
+        tenant=tenant,
+        identity=SessionIdentity(mode=SessionMode(mode), session_id=session_id, session_key=session_key),
+        config=codec.SESSION_CONFIG.loads(config_json),
+        create_time=from_us(create_us),
+        update_time=from_us(update_us),
+        parent_session_id=parent,
+        forked_from=codec.FORK_ORIGIN.loads(json.dumps(forked)) if forked else None,
+        state=SessionState(state),
+        active_run_id=runtime.get("active_run_id", ""),
+        pending_call_ids=tuple(runtime.get("pending_call_ids", ())),
+        stop_requested=bool(runtime.get("stop_requested", False)),
+        usage_snapshot=codec.USAGE_SNAPSHOT.loads(json.dumps(snapshot)) if snapshot else None,
+        cumulative_usage=codec.USAGE.loads(json.dumps(runtime["cumulative_usage"]))
+        if runtime.get("cumulative_usage")
+        else Usage(),
+        last_sequence=last_sequence,
+        sequence_reserved=sequence_reserved,
+        history_message_count=history_count,
+        version=version,
+        pending_injections=tuple(
+            codec.CONTENT_PARTS.loads(json.dumps(parts)) for parts in runtime.get("pending_injections", ())
+        ),
+        last_compaction_time=from_us(runtime["last_compaction_us"]) if runtime.get("last_compaction_us") else None,
+        approved_tools=tuple(runtime.get("approved_tools", ())),
+    )
+
+
+TRANSCRIPT_SELECT = "SELECT entry_id, sequence, run_id, timestamp_us, entry_json FROM transcript"
+
+
+def transcript_entries(rows: Iterable[Row]) -> list[TranscriptEntry]:
+    """Transcript entries from rows of TRANSCRIPT_SELECT."""
+    return [
+        TranscriptEntry(
+            entry_id=r[0], sequence=r[1], run_id=r[2], timestamp=from_us(r[3]), body=codec.TRANSCRIPT_BODY.loads(r[4])
+        )
+        for r in rows
+    ]
+
+
+EVENT_SELECT = "SELECT sequence, run_id, create_time_us, body_json FROM events"
+
+
+def sequenced_events(session_id: str, rows: Iterable[Row]) -> list[SequencedEvent]:
+    """The session's events from rows of EVENT_SELECT."""
+    return [
+        SequencedEvent(
+            sequence=r[0],
+            session_id=session_id,
+            run_id=r[1],
+            create_time=from_us(r[2]),
+            body=codec.EVENT_BODY.loads(r[3]),
+        )
+        for r in rows
+    ]
+
+
+IDEMPOTENCY_SELECT = "SELECT body_hash, result_json, create_time_us FROM idempotency"
+
+
+def idempotency_record(tenant: str, rpc: str, request_id: str, row: Row | None) -> IdempotencyRecord | None:
+    """The record from a row of IDEMPOTENCY_SELECT; None for no row."""
+    if row is None:
+        return None
+    return IdempotencyRecord(
+        tenant=tenant,
+        rpc=rpc,
+        request_id=request_id,
+        body_hash=row[0],
+        result_json=row[1],
+        create_time=from_us(row[2]),
+    )
+
+
+CHECKPOINT_INFO_SELECT = (
+    "SELECT position, checkpoint_id, run_id, call_id, tool_name, create_time_us, paths_json, stored_bytes"
+    " FROM checkpoints"
+)
+
+
+def checkpoint_infos(rows: Iterable[Row]) -> list[CheckpointInfo]:
+    """Checkpoint headers from rows of CHECKPOINT_INFO_SELECT."""
+    return [
+        CheckpointInfo(
+            position=r[0],
+            checkpoint_id=r[1],
+            run_id=r[2],
+            call_id=r[3],
+            tool_name=r[4],
+            created_at=from_us(r[5]),
+            paths=tuple(json.loads(r[6])),
+            stored_bytes=r[7],
+        )
+        for r in rows
+    ]
+
+
+# The checkpoints LEFT JOIN checkpoint_files read, newest checkpoint first and each one's files in order.
+CHECKPOINT_CHAIN_SELECT = (
+    "SELECT c.checkpoint_id, c.run_id, c.call_id, c.tool_name, c.create_time_us, f.path, f.existed_before, f.content"
+    " FROM checkpoints c LEFT JOIN checkpoint_files f"
+    " ON f.tenant=c.tenant AND f.session_id=c.session_id AND f.checkpoint_id=c.checkpoint_id"
+)
+
+
+def checkpoint_chain(rows: Iterable[Row]) -> list[Checkpoint]:
+    """Checkpoints with their files from rows of CHECKPOINT_CHAIN_SELECT (a checkpoint without files has one
+    row whose file columns are NULL)."""
+    headers: dict[str, tuple[Any, ...]] = {}
+    files: dict[str, list[CheckpointFile]] = {}
+    for r in rows:
+        headers.setdefault(r[0], (r[0], r[1], r[2], r[3], r[4]))
+        bucket = files.setdefault(r[0], [])
+        if r[5] is not None:
+            bucket.append(CheckpointFile(path=r[5], existed_before=bool(r[6]), prior_content=bytes(r[7])))
+    return [
+        Checkpoint(
+            checkpoint_id=cid,
+            run_id=run_id,
+            call_id=call_id,
+            tool_name=tool_name,
+            created_at=from_us(create_us),
+            files=tuple(files[cid]),
+        )
+        for cid, (_, run_id, call_id, tool_name, create_us) in headers.items()
+    ]
