@@ -1,8 +1,10 @@
 """ModelClient on the official `anthropic` SDK (AsyncAnthropic, streaming raw events).
 
-Raw events from `messages.create(stream=True)` are accumulated by hand with list joins: the SDK's `messages.stream()`
-helper re-folds a snapshot on every delta and costs ~2.5× more per event. Tool input JSON is parsed once, at its block's
-stop."""
+The body is pre-encoded (model/wire_body.py) and posted with the SDK's public request method; the raw events arrive
+as decoded JSON objects (the SDK's `AsyncStream` with `object` as its item type: the SDK still decodes the SSE, raises
+its `error` events and closes the response) and are accumulated by hand with list joins: the SDK's
+`messages.stream()` helper re-folds a snapshot on every delta, and a pydantic model per raw event costs as much as
+the rest of the event's handling. Tool input JSON is parsed once, at its block's stop."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any
 
 import anthropic
 import httpx2
+from anthropic.types import Message
 
 from general_agent_server.domain.session import Usage
 from general_agent_server.model.port import (
@@ -27,6 +30,7 @@ from general_agent_server.model.port import (
     ThinkingDelta,
 )
 from general_agent_server.model.request_log import log_model_request
+from general_agent_server.model.wire_body import BodyEncoder
 from general_agent_server.security.redaction import scrub
 from general_agent_server.sessions import session_log
 
@@ -62,6 +66,53 @@ class _Block:
         return dict(self.start)
 
 
+class _Message:
+    """The message being streamed, folded from the raw events as JSON objects (the SDK's stream with `object` as its
+    event type hands them over as decoded, without building a pydantic model per event)."""
+
+    __slots__ = ("blocks", "stop_reason", "stopped", "usage")
+
+    def __init__(self, usage: dict[str, int]) -> None:
+        self.blocks: dict[int, _Block] = {}
+        self.usage = usage
+        self.stop_reason: str | None = None
+        self.stopped = False
+
+    def feed(self, event: dict[str, Any]) -> ModelStreamEvent | None:
+        etype = event["type"]
+        if etype == "content_block_delta":
+            delta = event["delta"]
+            block = self.blocks[event["index"]]
+            dtype = delta["type"]
+            if dtype == "text_delta":
+                text = delta["text"]
+                first = not block.parts
+                block.parts.append(text)
+                return TextDelta(text=text, first=first)
+            if dtype == "thinking_delta":
+                text = delta["thinking"]
+                first = not block.parts
+                block.parts.append(text)
+                return ThinkingDelta(text=text, first=first)
+            if dtype == "input_json_delta":
+                block.parts.append(delta["partial_json"])
+            elif dtype == "signature_delta":
+                block.signature += delta["signature"]
+        elif etype == "content_block_start":
+            self.blocks[event["index"]] = _Block(dict(event["content_block"]))
+        elif etype == "content_block_stop":
+            if self.blocks[event["index"]].start.get("type") in ("thinking", "redacted_thinking"):
+                return ThinkingBlockEnd()
+        elif etype == "message_start":
+            _merge_usage(self.usage, event["message"].get("usage") or {})
+        elif etype == "message_delta":
+            self.stop_reason = event["delta"].get("stop_reason") or self.stop_reason
+            _merge_usage(self.usage, event.get("usage") or {})
+        elif etype == "message_stop":
+            self.stopped = True
+        return None
+
+
 class AnthropicModelClient:
     """One AsyncAnthropic client (and connection pool) per credential, reused across calls."""
 
@@ -69,6 +120,7 @@ class AnthropicModelClient:
         self._timeout = timeout_seconds
         self._max_retries = max_retries
         self._clients: dict[tuple[str, str], anthropic.AsyncAnthropic] = {}
+        self._encoder = BodyEncoder()
 
     def _client(self, credential: Credential) -> anthropic.AsyncAnthropic:
         # Keyed by a hash so the key itself is not kept twice in memory structures that might be dumped.
@@ -109,77 +161,50 @@ class AnthropicModelClient:
                 log_model_request(request, credential, time.perf_counter() - started, complete, error)
 
     async def _stream(self, request: ModelRequest, credential: Credential) -> AsyncIterator[ModelStreamEvent]:
-        params: dict[str, Any] = {
-            "model": request.model,
-            "max_tokens": request.max_tokens,
-            "messages": request.messages,
-        }
-        if request.system:
-            params["system"] = request.system
-        if request.tools:
-            params["tools"] = request.tools
-        if request.thinking is not None:
-            params["thinking"] = request.thinking
+        # The body `messages.create(stream=True)` would send, pre-encoded (model/wire_body.py), through the SDK's
+        # public request method: same endpoint, headers, retries, errors and event stream.
+        options: anthropic.RequestOptions = {}
         if request.betas:
-            params["extra_headers"] = {"anthropic-beta": ",".join(request.betas)}
+            options["headers"] = {"anthropic-beta": ",".join(request.betas)}
         client = self._client(credential)
         usage: dict[str, int] = {}
         request_id = ""
         try:
-            stream = await client.messages.create(**params, stream=True)
+            stream: anthropic.AsyncStream[Any] = await client.post(
+                "/v1/messages",
+                cast_to=Message,
+                content=self._encoder.body(request),
+                options=options,
+                stream=True,
+                stream_cls=anthropic.AsyncStream[object],
+            )
         except anthropic.APIError as exc:
             raise _call_error(exc, credential) from None
-        blocks: dict[int, _Block] = {}
-        stop_reason: str | None = None
-        stopped = False
+        message = _Message(usage)
         try:
             request_id = stream.response.headers.get("request-id", "") or ""
             async for event in stream:
-                etype = event.type
-                if etype == "content_block_delta":
-                    delta = event.delta
-                    block = blocks[event.index]
-                    if delta.type == "text_delta":
-                        first = not block.parts
-                        block.parts.append(delta.text)
-                        yield TextDelta(text=delta.text, first=first)
-                    elif delta.type == "thinking_delta":
-                        first = not block.parts
-                        block.parts.append(delta.thinking)
-                        yield ThinkingDelta(text=delta.thinking, first=first)
-                    elif delta.type == "input_json_delta":
-                        block.parts.append(delta.partial_json)
-                    elif delta.type == "signature_delta":
-                        block.signature += delta.signature
-                elif etype == "content_block_start":
-                    blocks[event.index] = _Block(event.content_block.model_dump(mode="json"))
-                elif etype == "content_block_stop":
-                    block_type = blocks[event.index].start.get("type")
-                    if block_type in ("thinking", "redacted_thinking"):
-                        yield ThinkingBlockEnd()
-                elif etype == "message_start":
-                    _merge_usage(usage, event.message.usage.model_dump())
-                elif etype == "message_delta":
-                    stop_reason = event.delta.stop_reason or stop_reason
-                    _merge_usage(usage, event.usage.model_dump())
-                elif etype == "message_stop":
-                    stopped = True
+                item = message.feed(event)
+                if item is not None:
+                    yield item
         except anthropic.APIError as exc:
             raise _call_error(exc, credential, usage=usage, request_id=request_id, mid_stream=True) from None
         except httpx2.TimeoutException:
             raise _stream_failure("the model stream timed out", usage, request_id, timeout=True) from None
         except httpx2.TransportError as exc:
             raise _stream_failure(f"the model stream broke: {type(exc).__name__}", usage, request_id) from None
-        except (ValueError, KeyError):
-            # Undecodable event data, or a delta for a block that never started.
+        except (ValueError, KeyError, TypeError):
+            # Undecodable or misshapen event data, or a delta for a block that never started.
             raise _stream_failure("the model stream was malformed", usage, request_id) from None
         finally:
             await stream.close()
-        if not stopped:
+        if not message.stopped:
             # The connection ended mid-message: what arrived is a fragment, never a message.
             raise _stream_failure("the model stream ended before message_stop", usage, request_id)
-        content = [blocks[i].finish() for i in sorted(blocks)]
-        yield MessageComplete(content=content, stop_reason=stop_reason, usage=_usage(usage), request_id=request_id)
+        content = [message.blocks[i].finish() for i in sorted(message.blocks)]
+        yield MessageComplete(
+            content=content, stop_reason=message.stop_reason, usage=_usage(usage), request_id=request_id
+        )
 
 
 def _merge_usage(into: dict[str, int], update: dict[str, Any]) -> None:

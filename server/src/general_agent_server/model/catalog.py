@@ -4,6 +4,7 @@ Model refs are `anthropic/<id>` or a bare id; the provider prefix is stripped be
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -71,10 +72,18 @@ def provider_and_model(model_ref: str) -> tuple[str, str]:
     return provider or "anthropic", model
 
 
+@functools.lru_cache(maxsize=1024)
+def _row(model_id: str) -> ModelCapabilities:
+    """Looked up once per model id: requests ask for every assistant message of a history."""
+    return next((c for marker, c in _FAMILIES if marker in model_id), UNKNOWN_MODEL)
+
+
 def capabilities(model_ref: str, context_windows: Sequence[tuple[str, int]] = ()) -> ModelCapabilities:
     """The model's row of the table; `context_windows` (the setting of that name) overrides its window: the
     first entry whose key the model id contains wins."""
     model_id = provider_model_id(model_ref).lower().replace(".", "-")
-    caps = next((c for marker, c in _FAMILIES if marker in model_id), UNKNOWN_MODEL)
+    caps = _row(model_id)
+    if not context_windows:
+        return caps
     window = next((tokens for key, tokens in context_windows if key.lower().replace(".", "-") in model_id), None)
     return caps if window is None else replace(caps, context_window=window)

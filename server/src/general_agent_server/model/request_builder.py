@@ -67,17 +67,22 @@ def history_messages(history: Sequence[HistoryMessage], model_ref: str) -> list[
     """The history as API messages: consecutive messages of one role merged (a failed call leaves two
     user messages in a row), thinking blocks kept only for the model family that wrote them."""
     family = capabilities(model_ref).family
+    same_family: dict[str, bool] = {}
     messages: list[dict[str, Any]] = []
     for message in history:
-        content = list(message.content)
-        if message.role == "assistant" and message.model_ref and capabilities(message.model_ref).family != family:
-            content = [b for b in content if b.get("type") not in _THINKING_TYPES]
+        content = message.content
+        if message.role == "assistant" and message.model_ref:
+            same = same_family.get(message.model_ref)
+            if same is None:
+                same = same_family[message.model_ref] = capabilities(message.model_ref).family == family
+            if not same:
+                content = tuple(b for b in content if b.get("type") not in _THINKING_TYPES)
         if not content:
             continue
         if messages and messages[-1]["role"] == message.role:
             messages[-1]["content"].extend(content)
         else:
-            messages.append({"role": message.role, "content": content})
+            messages.append({"role": message.role, "content": list(content)})
     return messages
 
 
@@ -101,8 +106,7 @@ def build_request(
     thinking = thinking_param(config, model_ref, max_tokens)
     interleaved = thinking is not None and bool(tools) and capabilities(model_ref).interleaved_thinking_beta
     if tools:
-        # The tool definitions are a cache breakpoint of their own: they change less often than messages.
-        tools = [*tools[:-1], {**tools[-1], "cache_control": _EPHEMERAL}]
+        tools = _marked_tools(tools)
     return ModelRequest(
         model=provider_model_id(model_ref),
         max_tokens=max_tokens,
@@ -112,6 +116,24 @@ def build_request(
         thinking=thinking,
         betas=(INTERLEAVED_THINKING_BETA,) if interleaved else (),
     )
+
+
+# A tool set's definitions list → that list with its cache breakpoint; one list object per tool set, so the body
+# encoder encodes a session's tools once (model/wire_body.py).
+_MARKED_TOOLS: dict[int, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
+_MARKED_TOOLS_MAX = 4096
+
+
+def _marked_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tool definitions are a cache breakpoint of their own: they change less often than messages."""
+    kept = _MARKED_TOOLS.get(id(tools))
+    if kept is not None and kept[0] is tools:
+        return kept[1]
+    marked = [*tools[:-1], {**tools[-1], "cache_control": _EPHEMERAL}]
+    if len(_MARKED_TOOLS) >= _MARKED_TOOLS_MAX:
+        _MARKED_TOOLS.clear()
+    _MARKED_TOOLS[id(tools)] = (tools, marked)
+    return marked
 
 
 def _with_prepended_context(history: Sequence[HistoryMessage], run_id: str, context: str) -> list[HistoryMessage]:

@@ -178,9 +178,14 @@ class ToolSet:
         self._local = dict(local)
         self._limits = limits
         self._validators: dict[str, Draft202012Validator] = {}
+        self._definitions: list[dict[str, Any]] | None = None
 
     def definitions(self) -> list[dict[str, Any]]:
-        return [spec.api_definition() for spec in self._specs.values()]
+        """The tools as the model is offered them: one list per set, shared by every call (never changed in place),
+        so a session's requests encode it once."""
+        if self._definitions is None:
+            self._definitions = [spec.api_definition() for spec in self._specs.values()]
+        return self._definitions
 
     def names(self) -> list[str]:
         return list(self._specs)
