@@ -5,19 +5,23 @@ profile's key (read from a file), a session's in-memory api_key, the Firecrawl a
 workspace holds them all (an `exec` command prints it), a web page holds them (web_fetch), the host answers a
 hosted call with them, the model writes one in a command and says one in its text. Then every sink is
 searched: the state directory (SQLite database, transcript and event-log JSONL), the events streamed and
-replayed, what a registered hook host received, the server's log, and what the model was sent."""
+replayed, what a registered hook host received, the server's log, what the model was sent, the /metrics page and
+the OpenTelemetry spans exported. The server has bearer tokens (one read from a file, one from the environment):
+the workload runs as the admin, a tenant makes calls of its own, and both tokens are in the file and page too."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import secrets
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
+import httpx
 import pytest
 from google.protobuf import json_format
 
@@ -32,8 +36,11 @@ from general_agent.v1 import turn_pb2 as turn_api
 from tests.support.events import last_of
 from tests.support.fake_web import BRAVE_PATH, FIRECRAWL_PATH, FakeWeb
 from tests.support.hook_host import SDK_NATIVE_HOOKS, HookHost, binding, registration
+from tests.support.otlp import Collector
+from tests.support.otlp import collector as otlp_collector
 from tests.support.rpc import Stub, create_session, events_after, stream_turn
 from tests.support.subprocess_server import ServerProcess, ServerProcesses
+from tests.support.tenants import channel_as, stub_as
 
 REDACTED = "[REDACTED]"
 SECRETS = {
@@ -42,6 +49,8 @@ SECRETS = {
     "session": f"sk-ant-session-{secrets.token_hex(10)}",
     "firecrawl": f"fc-{secrets.token_hex(12)}",
     "brave": f"BSA{secrets.token_hex(12)}",
+    "admin token": f"admin-{secrets.token_hex(16)}",  # [[auth.tokens]] token_file
+    "tenant token": f"tenant-{secrets.token_hex(16)}",  # [[auth.tokens]] token_env
 }
 ALL = "\n".join(f"{name}: {value}" for name, value in SECRETS.items())
 PAGE = f"""<html><head><title>Keys</title></head><body><article><h1>Deployment notes</h1>
@@ -57,6 +66,15 @@ class Env:
     web: FakeWeb
     hooks: HookHost
     workspaces: Path
+    spans: Collector
+    metrics_url: str
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 @pytest.fixture
@@ -67,11 +85,22 @@ async def env(
     key_file.write_text(SECRETS["profile"] + "\n")
     key_file.chmod(0o600)
     config = tmp_path / "config.toml"
-    config.write_text(f'[auth_profiles.filed]\napi_key_file = "{key_file}"\n')
+    token_file = tmp_path / "admin.token"
+    token_file.write_text(SECRETS["admin token"] + "\n")
+    config.write_text(
+        f'[auth_profiles.filed]\napi_key_file = "{key_file}"\n\n'
+        '[[auth.tokens]]\nname = "operator"\ntenant = "ops"\nrole = "admin"\n'
+        f'token_file = "{token_file}"\n\n'
+        '[[auth.tokens]]\nname = "service"\ntenant = "alice"\nrole = "tenant"\ntoken_env = "ALICE_TOKEN"\n'
+    )
     hooks = HookHost()
     await hooks.start()
-    async with FakeWeb() as web:
+    async with FakeWeb() as web, otlp_collector() as spans:
         extra = {
+            **spans.env(),
+            "ALICE_TOKEN": SECRETS["tenant token"],
+            "GENERAL_AGENT_TRACING": "otlp",
+            "GENERAL_AGENT_METRICS_LISTEN": f"127.0.0.1:{free_port()}",
             "GENERAL_AGENT_CONFIG": str(config),
             "GENERAL_AGENT_WORKSPACE_DIR": str(tmp_path / "ws"),
             "GENERAL_AGENT_EVENT_LOG": "true",
@@ -86,7 +115,13 @@ async def env(
         server.start()
         try:
             yield Env(
-                server=server, fake=fake_model_thread, web=web, hooks=hooks, workspaces=tmp_path / "ws" / "default"
+                server=server,
+                fake=fake_model_thread,
+                web=web,
+                hooks=hooks,
+                workspaces=tmp_path / "ws" / "ops",
+                spans=spans,
+                metrics_url=f"http://{extra['GENERAL_AGENT_METRICS_LISTEN']}/metrics",
             )
         finally:
             server.kill()
@@ -129,8 +164,19 @@ async def run_turns(env: Env, stub: Stub) -> tuple[str, list[Any]]:
     return sid, events
 
 
+async def tenant_calls(address: str) -> None:
+    """The tenant's own calls, and a wrong token's (refused)."""
+    async with stub_as(address, SECRETS["tenant token"]) as stub:
+        sid = (await create_session(stub)).identity.session_id
+        assert last_of(await stream_turn(stub, sid, "hello"), "run_finished").outcome == 1
+    async with stub_as(address, SECRETS["tenant token"][:-1]) as stub:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await create_session(stub)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
 async def test_no_sink_holds_a_secret(env: Env) -> None:
-    async with grpc.aio.insecure_channel(env.server.address) as channel:
+    async with channel_as(env.server.address, SECRETS["admin token"]) as channel:
         stub = agent_service_pb2_grpc.AgentServiceStub(channel)
         bindings = [
             binding(h, include_messages=hook_registration_pb2.HOOK_INCLUDE_MESSAGES_ALL) for h in SDK_NATIVE_HOOKS
@@ -142,7 +188,12 @@ async def test_no_sink_holds_a_secret(env: Env) -> None:
         assert last_of(events, "run_finished").outcome == 1  # RUN_OUTCOME_COMPLETED
         replayed = await events_after(stub, sid, 0, events[-1].sequence)
         await env.hooks.wait_for("agent_end", "llm_output")
-    await asyncio.to_thread(env.server.terminate)  # flushes the JSONL writers
+    await tenant_calls(env.server.address)
+    async with httpx.AsyncClient() as client:
+        metrics = (await client.get(env.metrics_url)).text
+    assert "general_agent_rpc_duration_seconds" in metrics
+    await asyncio.to_thread(env.server.terminate)  # flushes the JSONL writers and the span exporter
+    assert any(span.name.endswith("/StreamTurn") for span in env.spans.spans), "the spans were exported"
 
     streamed = "\n".join(json_format.MessageToJson(e) for e in [*events, *replayed])
     results = {e.tool_result.call_id: e.tool_result for e in events if e.WhichOneof("event") == "tool_result"}
@@ -157,11 +208,13 @@ async def test_no_sink_holds_a_secret(env: Env) -> None:
         "hook payloads": "\n".join(json_format.MessageToJson(call.request) for call in env.hooks.calls),
         "model requests": "\n".join(json.dumps([r.system_text, r.messages]) for r in env.fake.requests),
         "server log": env.server.log(),
+        "metrics": metrics,
+        "spans": "\n".join(json_format.MessageToJson(span) for span in env.spans.spans),
     }
     for path in sorted(p for p in env.server.state_dir.rglob("*") if p.is_file()):
         sinks[str(path.relative_to(env.server.state_dir))] = path.read_bytes().decode("utf-8", "replace")
-    assert {"general-agent.sqlite3", f"transcripts/default/{sid}.jsonl", f"events/default/{sid}.jsonl"} <= set(sinks)
-    assert REDACTED in sinks[f"events/default/{sid}.jsonl"]
+    assert {"general-agent.sqlite3", f"transcripts/ops/{sid}.jsonl", f"events/ops/{sid}.jsonl"} <= set(sinks)
+    assert REDACTED in sinks[f"events/ops/{sid}.jsonl"]
     assert REDACTED in sinks["hook payloads"]
     leaks = {sink: found_in(text) for sink, text in sinks.items() if found_in(text)}
     assert leaks == {}

@@ -4,26 +4,17 @@ has loaded many sessions with large system prompts grows by at most the budget p
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import grpc
 
 from general_agent.v1 import agent_service_pb2_grpc
 from tests.support.rpc import create_session, stream_turn
-from tests.support.subprocess_server import ServerProcesses
+from tests.support.subprocess_server import ServerProcesses, rss_bytes
 
 MIB = 1024 * 1024
 BUDGET = 16 * MIB
 # What the process may grow by besides the cached sessions, measured at ~30 MiB for 1 MiB requests.
 FIXED_OVERHEAD = 48 * MIB
 SESSIONS = 150  # 150 MiB of system prompts: ten times the budget
-
-
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS in /proc/<pid>/status")
 
 
 async def test_rss_stays_within_the_idle_budget(server_processes: ServerProcesses) -> None:

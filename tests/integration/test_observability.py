@@ -8,16 +8,15 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator
-from typing import Any
 
-import grpc
 import httpx
 import pytest
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from general_agent.testing import FakeAnthropic, Reply, TextReply, ToolUseBlock
 from general_agent.v1 import session_pb2
 from tests.conftest import ServerFactory
+from tests.support.otlp import Collector
+from tests.support.otlp import collector as otlp_collector
 from tests.support.rpc import connect, create_session, stream_turn
 
 CODING = session_pb2.SessionIdentity(mode=session_pb2.SESSION_MODE_CODING)
@@ -70,28 +69,12 @@ async def test_nothing_is_attached_when_both_are_off(server_factory: ServerFacto
     assert server.agent.hook_runner.observer is None
 
 
-class Collector(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self) -> None:
-        self.spans: list[Any] = []
-
-    async def Export(self, request: Any, context: Any) -> trace_service_pb2.ExportTraceServiceResponse:
-        for resource in request.resource_spans:
-            for scope in resource.scope_spans:
-                self.spans.extend(scope.spans)
-        return trace_service_pb2.ExportTraceServiceResponse()
-
-
 @pytest.fixture
 async def collector(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Collector]:
-    found = Collector()
-    server = grpc.aio.server()
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(found, server)  # type: ignore[no-untyped-call]
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
-    yield found
-    await server.stop(None)
+    async with otlp_collector() as found:
+        for name, value in found.env().items():
+            monkeypatch.setenv(name, value)
+        yield found
 
 
 async def test_a_turn_is_one_trace(

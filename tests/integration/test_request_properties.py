@@ -2,7 +2,9 @@
 stream's first and later messages — the server never answers INTERNAL or UNKNOWN, and every
 INVALID_ARGUMENT (as a call status or a RunSession command_result) carries a BadRequest field violation
 and no internals. Requests are generated from the descriptors (tests/support/proto_fuzz.py) against a
-real server on port 0 with the fake model; the profile is derandomized so every run tries the same
+real server on port 0 with the fake model — without auth, and with bearer tokens as a `tenant`-role caller
+and as an `admin` acting for a tenant through `x-tenant` (the SSRF guard, exec gating and tenant scoping are
+then in the path); the profile is derandomized so every run tries the same
 requests, and the nasty cases found by hand are explicit examples."""
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -25,8 +28,10 @@ from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
 from general_agent_server.hooks.registry import HOOK_NAMES
+from tests.conftest import ServerFactory
 from tests.support.proto_fuzz import NASTY_STRINGS, SERVICE, callable_for, messages
 from tests.support.rpc import decode_error, decode_status
+from tests.support.tenants import ADMIN, ALICE, auth_env, blocking_channel_as
 
 SEED = "fuzz-seed"
 PROFILE = settings(
@@ -180,8 +185,8 @@ def _seed(channel: grpc.Channel) -> None:
             raise
 
 
-def property_test(method: str, run: Callable[[Any], None]) -> Callable[[], None]:
-    test = given(requests_for(method))(PROFILE(run))
+def property_test(method: str, run: Callable[[Any], None], profile: settings = PROFILE) -> Callable[[], None]:
+    test = given(requests_for(method))(profile(run))
     for request in EXAMPLES.get(method, ()):
         test = example(request)(test)
     return test
@@ -195,5 +200,24 @@ async def test_no_request_is_answered_internal_or_unknown(server: RunningServer,
         # this event loop.
         with grpc.insecure_channel(server.address) as channel:
             property_test(method, lambda request: exercise(channel, method, request))()
+
+    await asyncio.to_thread(run_all)
+
+
+AUTH_PROFILE = settings(PROFILE, max_examples=15)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("caller", ["tenant", "admin"])
+@pytest.mark.parametrize("method", [m.name for m in SERVICE.methods])
+async def test_no_request_is_answered_internal_or_unknown_with_auth(
+    server_factory: ServerFactory, tmp_path: Path, method: str, caller: str
+) -> None:
+    server = await server_factory(auth_env(tmp_path))
+    token, tenant = (ALICE, "") if caller == "tenant" else (ADMIN, "alice")
+
+    def run_all() -> None:
+        with blocking_channel_as(server.address, token, tenant) as channel:
+            property_test(method, lambda request: exercise(channel, method, request), AUTH_PROFILE)()
 
     await asyncio.to_thread(run_all)

@@ -92,6 +92,14 @@ class ServerProcess:
             raise
 
 
+def rss_bytes(pid: int) -> int:
+    """The resident set size of process `pid`."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc/<pid>/status")
+
+
 def server_env(
     base_url: str, *, api_key: str = DEFAULT_API_KEY, extra: Mapping[str, str] | None = None
 ) -> dict[str, str]:

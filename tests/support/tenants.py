@@ -69,6 +69,33 @@ class _Bidi(_AddMetadata, grpc.aio.StreamStreamClientInterceptor):
         return await continuation(self._details(details), request_iterator)
 
 
+class _Blocking(
+    _AddMetadata,
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
+    """The same for a blocking channel, whose interceptors may serve every kind at once."""
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_stream_unary(self, continuation: Any, details: Any, request_iterator: Any) -> Any:
+        return continuation(self._details(details), request_iterator)
+
+    def intercept_stream_stream(self, continuation: Any, details: Any, request_iterator: Any) -> Any:
+        return continuation(self._details(details), request_iterator)
+
+
+def blocking_channel_as(address: str, token: str | None, tenant: str = "") -> grpc.Channel:
+    """A blocking channel whose every call carries `token` (and `x-tenant`); the caller closes it."""
+    return grpc.intercept_channel(grpc.insecure_channel(address), _Blocking(metadata_for(token, tenant)))
+
+
 def metadata_for(token: str | None, tenant: str = "") -> list[tuple[str, str]]:
     metadata = [("authorization", f"Bearer {token}")] if token is not None else []
     return [*metadata, *([("x-tenant", tenant)] if tenant else [])]

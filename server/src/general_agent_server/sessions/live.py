@@ -445,6 +445,8 @@ class LiveSession:
         async with self._lock:
             await self._settle()
             self.deps.gate.check()
+            if self.deps.run_slots is not None and self.record.state is SessionState.IDLE:
+                self.deps.run_slots.check(self.tenant)  # shed before the lease's store write
             if not self.owns_run:
                 await self._own_for_turn()
             try:

@@ -51,6 +51,12 @@ class RunSlots:
 
     def acquire(self, tenant: str) -> RunSlot:
         """A slot for a new run of `tenant`, or RESOURCE_EXHAUSTED."""
+        self.check(tenant)
+        return self.take(tenant)
+
+    def check(self, tenant: str) -> None:
+        """RESOURCE_EXHAUSTED when a new run of `tenant` would pass a bound now. Asked before a turn takes the
+        session's lease, so a refusal costs no store round trip."""
         if self._max and self._total >= self._max:
             raise resource_limit(
                 "the server runs as many turns as it may at once", self._max, setting="max_concurrent_runs"
@@ -60,7 +66,6 @@ class RunSlots:
             raise resource_limit(
                 "this tenant runs as many turns as it may at once", tenant_max, setting="max_concurrent_runs_per_tenant"
             )
-        return self.take(tenant)
 
     def take(self, tenant: str) -> RunSlot:
         """A slot whatever the bounds (a suspended run resumed by its host's answer is never refused)."""
