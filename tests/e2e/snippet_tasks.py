@@ -82,6 +82,7 @@ TASKS: dict[str, Task] = {
         stdout=("write notes.txt", "restored notes.txt"),
         check=notes_rewound,
     ),
+    "cli-sessions": Task(replies=list, stdout=("docs-demo",)),
     "errors": Task(replies=list, stdout=("SESSION_NOT_FOUND", "session.hosted_tools[0].name")),
 }
 
