@@ -11,7 +11,7 @@ import pytest
 from general_agent.sync import AgentClient
 from general_agent.testing import FakeAnthropicThread, HangReply, Reply, TextReply, ToolUseBlock
 from general_agent.v1 import hosted_tool_pb2, session_pb2
-from tests.e2e.test_readme_snippets import client_env
+from tests.e2e.snippets import client_env
 from tests.support.pty_session import PtySession
 from tests.support.subprocess_server import ServerProcess
 

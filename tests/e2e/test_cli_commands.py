@@ -11,7 +11,7 @@ from typing import Any
 
 from general_agent.sync import AgentClient
 from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
-from tests.e2e.test_readme_snippets import client_env
+from tests.e2e.snippets import client_env
 from tests.support.subprocess_server import ServerProcess
 
 

@@ -3,16 +3,13 @@ subprocess whose model is the scripted fake: the chat loop, the hosted tool and 
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 
-import grpc
-
 from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2_grpc
 from tests.e2e.conftest import REPO, describe_run
-from tests.e2e.test_readme_snippets import blocked_exec_error, client_env, listed_plugins, wait_until
+from tests.e2e.snippet_tasks import drive_hook_host
+from tests.e2e.snippets import client_env
 from tests.support.subprocess_server import ServerProcess
 
 EXAMPLES = REPO / "clients" / "python" / "examples"
@@ -66,21 +63,4 @@ def test_hosted_tool(server_process: ServerProcess, fake_model_thread: FakeAnthr
 
 def test_hook_server(server_process: ServerProcess, fake_model_thread: FakeAnthropicThread) -> None:
     command = [sys.executable, str(EXAMPLES / "hook_server.py"), server_process.address]
-    with (
-        grpc.insecure_channel(server_process.address) as channel,
-        subprocess.Popen(command, env=client_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as host,
-    ):
-        try:
-            stub = agent_service_pb2_grpc.AgentServiceStub(channel)
-            wait_until(lambda: listed_plugins(stub) == ["no-shell"], host, "registration")
-
-            assert blocked_exec_error(stub, fake_model_thread) == "no shell here", server_process.log()
-
-            host.send_signal(signal.SIGTERM)
-            stdout, stderr = host.communicate(timeout=30)
-            assert host.returncode == 0, f"{stdout}\n{stderr}"
-            assert stdout.startswith("serving hooks on 127.0.0.1:"), stdout
-            assert listed_plugins(stub) == []
-        finally:
-            if host.poll() is None:
-                host.kill()
+    drive_hook_host(command, REPO, server_process, fake_model_thread, "no-shell")
