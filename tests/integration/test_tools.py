@@ -18,7 +18,7 @@ from general_agent.testing import FakeAnthropic, Reply, TextBlock, TextReply, To
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2
 from general_agent.v1 import session_messages_pb2 as session_api
 from tests.conftest import ServerFactory
-from tests.support.events import ONE_TOOL_THEN_TEXT, kinds, last_of
+from tests.support.events import ONE_TOOL_ERROR_THEN_TEXT, ONE_TOOL_THEN_TEXT, kinds, last_of
 from tests.support.rpc import Stub, create_session, stream_turn
 
 PNG = base64.b64decode(
@@ -193,17 +193,7 @@ async def test_schema_invalid_arguments_are_a_tool_error(
     (env.workspace(sid) / "a.txt").write_text("content")
     fake_model.enqueue(read_call("toolu_bad", **arguments), TextReply("sorry"))
     events = await stream_turn(env.stub, sid, "read it")
-    assert kinds(events) == [
-        "run_started",
-        "usage_snapshot",
-        "tool_call",
-        "tool_error",
-        "turn_complete",
-        "assistant_delta",
-        "usage_snapshot",
-        "turn_complete",
-        "run_finished",
-    ]
+    assert kinds(events) == ONE_TOOL_ERROR_THEN_TEXT
     error = last_of(events, "tool_error")
     assert (error.call_id, error.tool_name) == ("toolu_bad", "read")
     assert error.error.startswith(f"Invalid arguments for tool read: {where}")

@@ -10,6 +10,7 @@ from typing import Any
 from general_agent.events import text_of
 
 __all__ = [
+    "ONE_TOOL_ERROR_THEN_TEXT",
     "ONE_TOOL_THEN_TEXT",
     "RESULT_THEN_INJECTED",
     "RESULT_THEN_TEXT",
@@ -53,6 +54,17 @@ ONE_TOOL_THEN_TEXT = [
     "usage_snapshot",
     "tool_call",
     "tool_result",
+    "turn_complete",
+    *TEXT_ANSWER,
+    "run_finished",
+]
+
+# The same turn when the tool call fails (unknown tool, invalid arguments): the model is told and answers.
+ONE_TOOL_ERROR_THEN_TEXT = [
+    "run_started",
+    "usage_snapshot",
+    "tool_call",
+    "tool_error",
     "turn_complete",
     *TEXT_ANSWER,
     "run_finished",

@@ -9,15 +9,15 @@ did not. `fail(path, *modes)` makes the next requests to a path answer otherwise
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 from aiohttp import web
+
+from tests.support.loopback_http import LoopbackHttp
 
 PREFIX = "/api/v1"
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
@@ -65,7 +65,9 @@ NO_STATUS = Mode("no_status")
 
 
 @dataclass
-class FakeEverMe:
+class FakeEverMe(LoopbackHttp):
+    client_max_size: ClassVar[int] = 64 * 1024 * 1024
+    handler_cancellation: ClassVar[bool] = True
     host: str = "127.0.0.1"
     tokens: frozenset[str] = frozenset()
     requests: list[Recorded] = field(default_factory=list)
@@ -75,28 +77,6 @@ class FakeEverMe:
     def __post_init__(self) -> None:
         self._modes: dict[str, deque[Mode]] = defaultdict(deque)
         self._stored: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        self._release = asyncio.Event()
-        self._runner: web.AppRunner | None = None
-
-    async def __aenter__(self) -> FakeEverMe:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
-        self.port = int(self._runner.addresses[0][1])
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._release.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
     def fail(self, path: str, *modes: Mode) -> None:
         """The next requests to `path` (e.g. "/mem/search") answer by `modes`, one each, in order."""

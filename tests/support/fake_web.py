@@ -5,16 +5,16 @@ fetched."""
 
 from __future__ import annotations
 
-import asyncio
 import html
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
 from aiohttp import web
+
+from tests.support.loopback_http import LoopbackHttp
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -45,35 +45,12 @@ class SearchHit:
     snippet: str = ""
 
 
-class FakeWeb:
+class FakeWeb(LoopbackHttp):
     def __init__(self, host: str = "127.0.0.1") -> None:
         self.host = host
         self.requests: list[Recorded] = []
         self._routes: dict[str, Handler] = {}
-        self._release = asyncio.Event()
-        self._runner: web.AppRunner | None = None
         self.port = 0
-
-    async def __aenter__(self) -> FakeWeb:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, 0)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._release.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
     def url(self, path: str) -> str:
         return self.base_url + path
