@@ -81,7 +81,7 @@ async def _load(address: str, sessions: int, seconds: float) -> int:
     return done
 
 
-async def profile(sessions: int, seconds: float, out: Path, rate: int) -> Path:
+async def profile(sessions: int, seconds: float, out: Path, rate: int, *, idle: bool) -> Path:
     cpus = plan_cpus()
     pin_self(cpus.client)
     async with contextlib.AsyncExitStack() as stack:
@@ -91,7 +91,16 @@ async def profile(sessions: int, seconds: float, out: Path, rate: int) -> Path:
         await _load(address, sessions, 2.0)  # warm-up: imports, first connections, caches
         collapsed = out / "server.collapsed"
         argv = [str(VENV_BIN / "py-spy"), "record", "--pid", str(service.pid), "--format", "raw"]
-        argv += ["--rate", str(rate), "--duration", str(int(seconds)), "--threads", "--idle", "-o", str(collapsed)]
+        argv += [
+            "--rate",
+            str(rate),
+            "--duration",
+            str(int(seconds)),
+            "--threads",
+            *(["--idle"] if idle else []),
+            "-o",
+            str(collapsed),
+        ]
         spy = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
         )
@@ -111,12 +120,13 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--all-threads", action="store_true")
+    parser.add_argument("--busy-only", action="store_true", help="leave out idle samples (threads waiting)")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "bench-profile")
     parser.add_argument("--summarise", type=Path, help="only summarise an existing collapsed file")
     args = parser.parse_args()
     if args.summarise is None:
         args.out.mkdir(parents=True, exist_ok=True)
-        collapsed = asyncio.run(profile(args.sessions, args.seconds, args.out, args.rate))
+        collapsed = asyncio.run(profile(args.sessions, args.seconds, args.out, args.rate, idle=not args.busy_only))
     else:
         collapsed = args.summarise
     summary = summarise(collapsed, top=args.top, all_threads=args.all_threads)

@@ -232,7 +232,9 @@ class AgentServicer(api_grpc.AgentServiceServicer):
             idem=convert.idempotency(request),
         )
         async for event in events:
-            yield turn_api.StreamTurnResponse(event=convert.event_to_proto(event))
+            response = turn_api.StreamTurnResponse()
+            convert.event_to_proto(event, response.event)
+            yield response
 
     @server_stream
     async def WatchSession(
@@ -240,7 +242,9 @@ class AgentServicer(api_grpc.AgentServiceServicer):
     ) -> AsyncIterator[turn_api.WatchSessionResponse]:
         after = request.after_sequence if request.HasField("after_sequence") else None
         async for event in self._agent.runs.watch(call_context(context), request.session_id, after):
-            yield turn_api.WatchSessionResponse(event=convert.event_to_proto(event))
+            response = turn_api.WatchSessionResponse()
+            convert.event_to_proto(event, response.event)
+            yield response
 
     async def RunSession(
         self, request_iterator: AsyncIterator[run_session_api.RunSessionRequest | InvalidRequest], context: Context
@@ -271,7 +275,9 @@ class AgentServicer(api_grpc.AgentServiceServicer):
             on_disconnect=convert.on_disconnect_from_proto(request.on_disconnect),
         )
         async for event in events:
-            yield turn_api.SubmitHostedToolResultResponse(event=convert.event_to_proto(event))
+            response = turn_api.SubmitHostedToolResultResponse()
+            convert.event_to_proto(event, response.event)
+            yield response
 
     @server_stream
     async def ResolveApproval(
@@ -285,7 +291,9 @@ class AgentServicer(api_grpc.AgentServiceServicer):
             on_disconnect=convert.on_disconnect_from_proto(request.on_disconnect),
         )
         async for event in events:
-            yield turn_api.ResolveApprovalResponse(event=convert.event_to_proto(event))
+            response = turn_api.ResolveApprovalResponse()
+            convert.event_to_proto(event, response.event)
+            yield response
 
     @unary
     async def InjectMessage(

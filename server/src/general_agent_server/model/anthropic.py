@@ -121,8 +121,13 @@ class AnthropicModelClient:
         self._max_retries = max_retries
         self._clients: dict[tuple[str, str], anthropic.AsyncAnthropic] = {}
         self._encoder = BodyEncoder()
+        self._last: tuple[Credential, anthropic.AsyncAnthropic] | None = None
 
     def _client(self, credential: Credential) -> anthropic.AsyncAnthropic:
+        last = self._last
+        if last is not None and last[0] == credential:
+            # Consecutive calls mostly use one credential: no key hash per call.
+            return last[1]
         # Keyed by a hash so the key itself is not kept twice in memory structures that might be dumped.
         key = (hashlib.sha256(credential.api_key.encode()).hexdigest(), credential.base_url or "")
         client = self._clients.get(key)
@@ -136,10 +141,11 @@ class AnthropicModelClient:
                 default_headers={"accept-encoding": "identity"},
             )
             self._clients[key] = client
+        self._last = (credential, client)
         return client
 
     async def close(self) -> None:
-        clients, self._clients = list(self._clients.values()), {}
+        clients, self._clients, self._last = list(self._clients.values()), {}, None
         for client in clients:
             await client.close()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from general_agent.v1 import approval_pb2, event_pb2
 from general_agent_server.api.convert.content import parts_to_proto
 from general_agent_server.api.convert.sessions import snapshot_to_proto, usage_to_proto
-from general_agent_server.api.convert.values import struct_from_json, timestamp, value_from_json
+from general_agent_server.api.convert.values import set_timestamp, struct_from_json, timestamp, value_from_json
 from general_agent_server.api.errors import status_from_detail
 from general_agent_server.domain import events as ev
 
@@ -36,14 +36,15 @@ _COMPACTION = {
 }
 
 
-def event_to_proto(event: ev.SequencedEvent) -> event_pb2.SessionEvent:
-    """The hot path: called once per delta per stream, so it builds the message directly."""
-    out = event_pb2.SessionEvent(
-        sequence=event.sequence,
-        session_id=event.session_id,
-        run_id=event.run_id,
-        create_time=timestamp(event.create_time),
-    )
+def event_to_proto(event: ev.SequencedEvent, out: event_pb2.SessionEvent | None = None) -> event_pb2.SessionEvent:
+    """The hot path: called once per delta per stream, so it fills the message in place: `out` is the `event`
+    field of the response being built (a message passed as a constructor argument is copied), or a new one."""
+    if out is None:
+        out = event_pb2.SessionEvent()
+    out.sequence = event.sequence
+    out.session_id = event.session_id
+    out.run_id = event.run_id
+    set_timestamp(out.create_time, event.create_time)
     body = event.body
     kind = body.kind
     if kind == "assistant_delta":

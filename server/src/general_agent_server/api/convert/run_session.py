@@ -111,7 +111,9 @@ def _command_id(request: Message | None) -> str:
 
 def run_output_to_proto(output: Output) -> run_session_api.RunSessionResponse:
     if isinstance(output, EventOut):
-        return run_session_api.RunSessionResponse(event=event_to_proto(output.event))
+        response = run_session_api.RunSessionResponse()
+        event_to_proto(output.event, response.event)
+        return response
     if isinstance(output, HeartbeatOut):
         return run_session_api.RunSessionResponse(
             heartbeat=run_session_api.Heartbeat(last_sequence=output.last_sequence)

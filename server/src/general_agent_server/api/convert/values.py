@@ -16,10 +16,15 @@ from general_agent_server.sessions.idempotency import Idempotency
 
 def timestamp(value: datetime) -> timestamp_pb2.Timestamp:
     ts = timestamp_pb2.Timestamp()
-    micros = int(value.timestamp() * 1_000_000)
-    ts.seconds, ts.nanos = divmod(micros, 1_000_000)
-    ts.nanos *= 1000
+    set_timestamp(ts, value)
     return ts
+
+
+def set_timestamp(ts: timestamp_pb2.Timestamp, value: datetime) -> None:
+    """Fills `ts` in place (a Timestamp field of a message being built)."""
+    whole, micros = divmod(int(value.timestamp() * 1_000_000), 1_000_000)
+    ts.seconds = whole
+    ts.nanos = micros * 1000
 
 
 def seconds(value: duration_pb2.Duration, present: bool) -> float | None:
