@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from general_agent_server.observability.port import Observer
-from general_agent_server.store.port import StoreError, WriteBatch
+from general_agent_server.store.port import StoreError, StoreUnavailableError, WriteBatch
 from general_agent_server.store.sqlite.batch import apply_write
 from general_agent_server.store.sqlite.migrations import migrate
 from general_agent_server.store.sqlite.operations import Operation
@@ -192,4 +192,17 @@ def _settle(item: QueuedWrite, error: BaseException | None) -> None:
     if error is None:
         item.done.set_result(None)
     else:
-        item.done.set_exception(error if isinstance(error, StoreError) else StoreError(str(error)))
+        item.done.set_exception(store_error(error))
+
+
+def store_error(error: BaseException) -> StoreError:
+    """The port's error for what SQLite raised: a full disk and a lock held past busy_timeout are conditions
+    that clear (StoreUnavailableError), anything else is a failure."""
+    if isinstance(error, StoreError):
+        return error
+    code = getattr(error, "sqlite_errorcode", None)
+    if code == sqlite3.SQLITE_FULL:
+        return StoreUnavailableError.disk_full()
+    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return StoreUnavailableError.locked()
+    return StoreError(str(error))
