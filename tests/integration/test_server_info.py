@@ -53,6 +53,9 @@ EXPECTED: dict[str, tuple[str, str, float]] = {
     "max_hook_registrations": ("max_hook_registrations", "6", 6),
     "max_hook_tls_pem_bytes": ("max_hook_tls_pem_bytes", "8008", 8008),
     "max_concurrent_runs": ("max_concurrent_runs", "5", 5),
+    # The calling tenant's (here `default`, which has no `[tenants.default]` table: the server's settings).
+    "tenant_max_concurrent_runs": ("max_concurrent_runs_per_tenant", "3", 3),
+    "tenant_max_sessions": ("max_sessions_per_tenant", "21", 21),
 }
 # Limits the server does not enforce: reported as 0, and no setting of that name exists yet.
 NOT_ENFORCED: set[str] = set()
@@ -79,6 +82,7 @@ async def test_every_server_limit_equals_its_setting(server_factory: ServerFacto
         )
     fields = {f.name for f in server_info_api.ServerLimits.DESCRIPTOR.fields}
     assert fields == set(EXPECTED) | NOT_ENFORCED, "a ServerLimits field without an expected setting"
+    assert info.tenant == "default"
     for field, (_, _, expected) in EXPECTED.items():
         assert _reported(info.limits, field) == expected, field
     for field in NOT_ENFORCED:

@@ -82,3 +82,20 @@ async def test_the_server_wide_bound_applies_to_every_tenant(
         hang.release()
         async for _ in running:
             pass
+
+
+async def test_server_info_reports_the_calling_tenants_limits(server_factory: ServerFactory, tmp_path: Path) -> None:
+    extra = "\n[tenants.alice]\nmax_concurrent_runs = 2\nmax_sessions = 4\n"
+    server = await server_factory(
+        auth_env(tmp_path, extra, max_concurrent_runs_per_tenant="6", max_sessions_per_tenant="9")
+    )
+    reported = {}
+    for caller, token, tenant in (("alice", ALICE, ""), ("bob", BOB, ""), ("ops for alice", ADMIN, "alice")):
+        async with stub_as(server.address, token, tenant) as stub:
+            info = await stub.GetServerInfo(server_info_pb2.GetServerInfoRequest())
+            reported[caller] = (info.tenant, info.limits.tenant_max_concurrent_runs, info.limits.tenant_max_sessions)
+    assert reported == {
+        "alice": ("alice", 2, 4),  # her [tenants.alice] table
+        "bob": ("bob", 6, 9),  # the server's per-tenant settings
+        "ops for alice": ("alice", 2, 4),  # an admin acting for alice sees hers
+    }

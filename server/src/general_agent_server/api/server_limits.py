@@ -1,10 +1,12 @@
-"""GetServerInfo.limits: every limit the server enforces, from its settings (README, Configuration)."""
+"""GetServerInfo.limits: every limit the server enforces, from its settings (README, Configuration), with the
+calling tenant's own bounds (its `[tenants.<name>]` table, docs/security.md)."""
 
 from __future__ import annotations
 
 from general_agent.v1 import server_info_pb2 as server_info_api
 from general_agent_server.config import ServerSettings
 from general_agent_server.domain.validation import InputLimits
+from general_agent_server.tenants.rules import TenantRules
 
 INPUT_LIMIT_NAMES = tuple(InputLimits.__dataclass_fields__)
 
@@ -51,3 +53,14 @@ def server_limits(settings: ServerSettings) -> server_info_api.ServerLimits:
         if value > 0:
             getattr(limits, name).FromNanoseconds(round(value * 1e9))
     return limits
+
+
+def tenant_limits(
+    limits: server_info_api.ServerLimits, rules: TenantRules, tenant: str
+) -> server_info_api.ServerLimits:
+    """`limits` with the bounds that apply to `tenant` filled in."""
+    found = server_info_api.ServerLimits()
+    found.CopyFrom(limits)
+    found.tenant_max_concurrent_runs = rules.max_runs(tenant)
+    found.tenant_max_sessions = rules.max_sessions(tenant)
+    return found

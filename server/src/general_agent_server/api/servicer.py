@@ -24,6 +24,7 @@ from general_agent_server.api.auth_interceptor import current_caller
 from general_agent_server.api.decoding import InvalidRequest
 from general_agent_server.api.errors import abort, status_from_detail
 from general_agent_server.api.interceptors import current_request_id
+from general_agent_server.api.server_limits import tenant_limits
 from general_agent_server.domain.context import CallContext, SessionView
 from general_agent_server.domain.errors import invalid_argument
 from general_agent_server.runs.compaction import CompactionOutcome
@@ -385,12 +386,14 @@ class AgentServicer(api_grpc.AgentServiceServicer):
         self, request: server_info_api.GetServerInfoRequest, context: Context
     ) -> server_info_api.GetServerInfoResponse:
         settings = self._agent.settings
+        tenant = call_context(context).tenant
         return server_info_api.GetServerInfoResponse(
             version=general_agent_server.__version__,
             api_version=general_agent_server.API_VERSION,
             capabilities=[*CAPABILITIES, "memory"] if self._agent.memory is not None else list(CAPABILITIES),
             default_model_ref=settings.default_model,
-            limits=self._limits,
+            limits=tenant_limits(self._limits, settings.tenants, tenant),
+            tenant=tenant,
         )
 
     # ------------------------------------------------------------------ later capabilities

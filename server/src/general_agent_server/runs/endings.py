@@ -18,7 +18,7 @@ from general_agent_server.domain.events import (
     StopReason,
     TurnComplete,
 )
-from general_agent_server.domain.records import ResolvedBy
+from general_agent_server.domain.records import ResolvedBy, RunRecord
 from general_agent_server.domain.session import SessionRecord, SessionState
 from general_agent_server.domain.transcript import TranscriptEntry
 from general_agent_server.runs.host import RunHost
@@ -27,6 +27,7 @@ from general_agent_server.runs.run_hooks import fire_end_hooks
 from general_agent_server.runs.state import ActiveRun, CallModel, DriverState, EndRun, Failed, stop_message
 from general_agent_server.runs.tool_round import ToolRound
 from general_agent_server.sessions.ledger import CommitRefused
+from general_agent_server.store.port import StoreUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -82,9 +83,7 @@ class Endings:
             await self._rounds.land()
         except Exception:  # its failure is the one being handled, or it is logged by the commit
             logger.debug("the landing results commit failed too", exc_info=True)
-        detail = ErrorDetail(
-            code=ErrorCode.INTERNAL, reason="INTERNAL", message=f"internal error: {type(exc).__name__}"
-        )
+        detail = store_failure(exc)
         try:
             await self._rounds.close("cancelled: internal error", ResolvedBy.STOP)
         except Exception:
@@ -92,6 +91,33 @@ class Endings:
         await self.finish(
             EndRun(outcome=RunOutcome.FAILED, reason=RunReason.INTERNAL, stop_reason=StopReason.ERROR, error=detail)
         )
+
+    async def _failed_end(self, previous: RunRecord, exc: Exception) -> EndRun:
+        """The terminal commit failed (a full disk, a locked database): nothing of it was stored, so watchers
+        are told the run FAILED with the store's error rather than the end that was not written. A smaller
+        commit of just that end is tried (it may fit where the whole did not); if it fails too, the session is
+        idle in memory and start-up recovery marks the run INTERRUPTED should the process die first."""
+        run, ledger = self._run, self._host.ledger
+        detail = store_failure(exc)
+        step = EndRun(outcome=RunOutcome.FAILED, reason=RunReason.INTERNAL, stop_reason=StopReason.ERROR, error=detail)
+        finished = ledger.stamp(
+            run.run_id,
+            RunFinished(outcome=step.outcome, reason=step.reason, stop_reason=step.stop_reason, error=detail),
+        )
+        run.record = previous.finished(step.outcome, step.reason, sequence=finished.sequence, at=finished.create_time)
+        try:
+            await ledger.commit(
+                events=[finished],
+                runs=[run.record],
+                state=SessionState.IDLE,
+                active_run_id="",
+                pending_call_ids=(),
+                pending_injections=(),
+            )
+        except Exception:
+            logger.warning("could not commit the failed end of run %s either", run.run_id, extra={"category": "system"})
+            ledger.force_idle([finished])
+        return step
 
     async def stopped(self) -> None:
         """The run's task was cancelled: an aborted model call or the round closed, then STOPPED (FAILED for
@@ -172,9 +198,9 @@ class Endings:
         except CommitRefused:
             run.record = previous
             raise
-        except Exception:
+        except Exception as exc:
             logger.exception("could not commit the end of run %s", run.run_id, extra={"category": "system"})
-            ledger.force_idle(events)
+            step = await self._failed_end(previous, exc)
         fire_end_hooks(
             self._host.hooks,
             run,
@@ -185,3 +211,10 @@ class Endings:
             last_call_usage=state.last_call_usage,
             duration_ms=int((utcnow() - run.record.started_at).total_seconds() * 1000),
         )
+
+
+def store_failure(exc: Exception) -> ErrorDetail:
+    """A store that cannot write for now (disk full, locked) says so; anything else is an internal error."""
+    if isinstance(exc, StoreUnavailableError):
+        return exc.detail()
+    return ErrorDetail(code=ErrorCode.INTERNAL, reason="INTERNAL", message=f"internal error: {type(exc).__name__}")

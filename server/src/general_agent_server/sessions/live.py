@@ -69,7 +69,7 @@ from general_agent_server.sessions.ownership import Ownership, held_elsewhere
 from general_agent_server.sessions.serving import ServingGate
 from general_agent_server.sessions.settings import CoreSettings
 from general_agent_server.sessions.subscribers import Subscriber
-from general_agent_server.store.port import SessionStore
+from general_agent_server.store.port import SessionStore, StoreUnavailableError
 from general_agent_server.tenants.slots import RunSlot, RunSlots
 from general_agent_server.tools.runtime import ToolCatalog, ToolContext, ToolKind, ToolSet, ToolSpec
 from general_agent_server.workspace.checkpoints.recorder import CheckpointRecorder
@@ -466,6 +466,8 @@ class LiveSession:
         another replica runs the session, its turn is refused as on one server: SESSION_BUSY with the run."""
         try:
             await self.own_run()
+        except StoreUnavailableError:
+            raise  # the store cannot take the lease's write now (disk full, locked): not another replica's run
         except ServiceError:
             await self._revalidate()
             raise self.busy_error() from None

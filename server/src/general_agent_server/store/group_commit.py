@@ -109,7 +109,12 @@ class GroupCommitLoop(ABC, Generic[Op]):
         if self.observer is not None:
             self.observer.store_commit(time.perf_counter() - started, len(group))
         for item, error in zip(group, errors, strict=True):
-            _settle(item, error)
+            _settle(item, None if error is None else self._store_error(error))
+
+    def _store_error(self, error: BaseException) -> StoreError:
+        """The port's error for what the driver raised; a store whose driver tells conditions that clear
+        (a full disk, a lock) apart maps them here."""
+        return error if isinstance(error, StoreError) else StoreError(str(error))
 
     async def _isolated(self, group: list[QueuedWrite[Op]]) -> list[BaseException | None]:
         """Commits the group in one transaction; on failure retries each write alone so that only the
@@ -131,7 +136,7 @@ class GroupCommitLoop(ABC, Generic[Op]):
         return [None] * len(group)
 
 
-def _settle(item: QueuedWrite[Op], error: BaseException | None) -> None:
+def _settle(item: QueuedWrite[Op], error: StoreError | None) -> None:
     if item.done is None:
         if error is not None:
             logger.error("buffered write failed: %s", error, extra={"category": "system"})
@@ -141,4 +146,4 @@ def _settle(item: QueuedWrite[Op], error: BaseException | None) -> None:
     if error is None:
         item.done.set_result(None)
     else:
-        item.done.set_exception(error if isinstance(error, StoreError) else StoreError(str(error)))
+        item.done.set_exception(error)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from general_agent_server.domain.errors import ErrorCode, ServiceError
 from general_agent_server.domain.events import SequencedEvent
 from general_agent_server.domain.history import HistoryMessage
 from general_agent_server.domain.records import IdempotencyRecord, RunRecord, ToolCallRecord
@@ -38,6 +39,7 @@ __all__ = [
     "SessionStore",
     "StoreError",
     "StoreLifecycle",
+    "StoreUnavailableError",
     "VersionConflictError",
     "WriteBatch",
     "session_ids",
@@ -46,6 +48,25 @@ __all__ = [
 
 class StoreError(Exception):
     """The store failed; callers report INTERNAL."""
+
+
+class StoreUnavailableError(StoreError, ServiceError):
+    """The store cannot take a write for now: its disk is full (RESOURCE_EXHAUSTED), or another process held
+    its write lock past the busy timeout (UNAVAILABLE). Nothing of the write was committed; the same write may
+    succeed later, so callers are told to retry (RetryInfo) instead of INTERNAL."""
+
+    @classmethod
+    def disk_full(cls) -> StoreUnavailableError:
+        return cls._of(ErrorCode.RESOURCE_EXHAUSTED, "is out of disk space", "store_disk")
+
+    @classmethod
+    def locked(cls) -> StoreUnavailableError:
+        return cls._of(ErrorCode.UNAVAILABLE, "is locked by another process", "store_lock")
+
+    @classmethod
+    def _of(cls, code: ErrorCode, what: str, resource: str) -> StoreUnavailableError:
+        message = f"the server's store {what}; nothing was written, retry later"
+        return cls(code, "RESOURCE_LIMIT", message, metadata={"resource": resource}, retry_after_seconds=1.0)
 
 
 class SessionExistsError(StoreError):

@@ -146,8 +146,16 @@ type ServerLimits struct {
 	MaxHookRegistrations int32 `protobuf:"varint,40,opt,name=max_hook_registrations,json=maxHookRegistrations,proto3" json:"max_hook_registrations,omitempty"`
 	// Bytes of each PEM of a hook registration's TLS settings.
 	MaxHookTlsPemBytes int32 `protobuf:"varint,41,opt,name=max_hook_tls_pem_bytes,json=maxHookTlsPemBytes,proto3" json:"max_hook_tls_pem_bytes,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Concurrent runs of the calling tenant: its `[tenants.<name>]
+	// max_concurrent_runs`, else the server's max_concurrent_runs_per_tenant
+	// (docs/security.md); 0: no bound of its own (max_concurrent_runs still
+	// applies).
+	TenantMaxConcurrentRuns int32 `protobuf:"varint,42,opt,name=tenant_max_concurrent_runs,json=tenantMaxConcurrentRuns,proto3" json:"tenant_max_concurrent_runs,omitempty"`
+	// Sessions the calling tenant may hold: its `[tenants.<name>]
+	// max_sessions`, else max_sessions_per_tenant; 0: no bound.
+	TenantMaxSessions int32 `protobuf:"varint,43,opt,name=tenant_max_sessions,json=tenantMaxSessions,proto3" json:"tenant_max_sessions,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ServerLimits) Reset() {
@@ -467,6 +475,20 @@ func (x *ServerLimits) GetMaxHookTlsPemBytes() int32 {
 	return 0
 }
 
+func (x *ServerLimits) GetTenantMaxConcurrentRuns() int32 {
+	if x != nil {
+		return x.TenantMaxConcurrentRuns
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetTenantMaxSessions() int32 {
+	if x != nil {
+		return x.TenantMaxSessions
+	}
+	return 0
+}
+
 // Response of GetServerInfo.
 type GetServerInfoResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -481,8 +503,11 @@ type GetServerInfoResponse struct {
 	Limits *ServerLimits `protobuf:"bytes,4,opt,name=limits,proto3" json:"limits,omitempty"`
 	// The default model ref.
 	DefaultModelRef string `protobuf:"bytes,5,opt,name=default_model_ref,json=defaultModelRef,proto3" json:"default_model_ref,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The calling tenant, whose limits `limits` reports ("default" without
+	// authentication; an admin's `x-tenant` names another).
+	Tenant        string `protobuf:"bytes,6,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetServerInfoResponse) Reset() {
@@ -550,12 +575,19 @@ func (x *GetServerInfoResponse) GetDefaultModelRef() string {
 	return ""
 }
 
+func (x *GetServerInfoResponse) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
 var File_general_agent_v1_server_info_proto protoreflect.FileDescriptor
 
 const file_general_agent_v1_server_info_proto_rawDesc = "" +
 	"\n" +
 	"\"general_agent/v1/server_info.proto\x12\x10general_agent.v1\x1a\x1egoogle/protobuf/duration.proto\"\x16\n" +
-	"\x14GetServerInfoRequest\"\xe8\x11\n" +
+	"\x14GetServerInfoRequest\"\xd5\x12\n" +
 	"\fServerLimits\x124\n" +
 	"\x17max_model_calls_per_run\x18\x01 \x01(\x05R\x13maxModelCallsPerRun\x122\n" +
 	"\x16max_tool_calls_per_run\x18\x02 \x01(\x05R\x12maxToolCallsPerRun\x12<\n" +
@@ -599,14 +631,17 @@ const file_general_agent_v1_server_info_proto_rawDesc = "" +
 	"\x11max_allowed_tools\x18& \x01(\x05R\x0fmaxAllowedTools\x121\n" +
 	"\x15max_session_key_chars\x18' \x01(\x05R\x12maxSessionKeyChars\x124\n" +
 	"\x16max_hook_registrations\x18( \x01(\x05R\x14maxHookRegistrations\x122\n" +
-	"\x16max_hook_tls_pem_bytes\x18) \x01(\x05R\x12maxHookTlsPemBytes\"\xda\x01\n" +
+	"\x16max_hook_tls_pem_bytes\x18) \x01(\x05R\x12maxHookTlsPemBytes\x12;\n" +
+	"\x1atenant_max_concurrent_runs\x18* \x01(\x05R\x17tenantMaxConcurrentRuns\x12.\n" +
+	"\x13tenant_max_sessions\x18+ \x01(\x05R\x11tenantMaxSessions\"\xf2\x01\n" +
 	"\x15GetServerInfoResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1f\n" +
 	"\vapi_version\x18\x02 \x01(\tR\n" +
 	"apiVersion\x12\"\n" +
 	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\x126\n" +
 	"\x06limits\x18\x04 \x01(\v2\x1e.general_agent.v1.ServerLimitsR\x06limits\x12*\n" +
-	"\x11default_model_ref\x18\x05 \x01(\tR\x0fdefaultModelRefB\xdc\x01\n" +
+	"\x11default_model_ref\x18\x05 \x01(\tR\x0fdefaultModelRef\x12\x16\n" +
+	"\x06tenant\x18\x06 \x01(\tR\x06tenantB\xdc\x01\n" +
 	"\x14com.general_agent.v1B\x0fServerInfoProtoP\x01ZVgithub.com/general-agent/general-agent/clients/go/gen/general_agent/v1;general_agentv1\xa2\x02\x03GXX\xaa\x02\x0fGeneralAgent.V1\xca\x02\x0fGeneralAgent\\V1\xe2\x02\x1bGeneralAgent\\V1\\GPBMetadata\xea\x02\x10GeneralAgent::V1b\x06proto3"
 
 var (

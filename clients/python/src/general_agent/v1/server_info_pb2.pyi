@@ -90,6 +90,8 @@ class ServerLimits(_message.Message):
     MAX_SESSION_KEY_CHARS_FIELD_NUMBER: _builtins.int
     MAX_HOOK_REGISTRATIONS_FIELD_NUMBER: _builtins.int
     MAX_HOOK_TLS_PEM_BYTES_FIELD_NUMBER: _builtins.int
+    TENANT_MAX_CONCURRENT_RUNS_FIELD_NUMBER: _builtins.int
+    TENANT_MAX_SESSIONS_FIELD_NUMBER: _builtins.int
     max_model_calls_per_run: _builtins.int
     """Per run."""
     max_tool_calls_per_run: _builtins.int
@@ -152,6 +154,16 @@ class ServerLimits(_message.Message):
     """Hook registrations in one scope (a tenant, or one session)."""
     max_hook_tls_pem_bytes: _builtins.int
     """Bytes of each PEM of a hook registration's TLS settings."""
+    tenant_max_concurrent_runs: _builtins.int
+    """Concurrent runs of the calling tenant: its `[tenants.<name>]
+    max_concurrent_runs`, else the server's max_concurrent_runs_per_tenant
+    (docs/security.md); 0: no bound of its own (max_concurrent_runs still
+    applies).
+    """
+    tenant_max_sessions: _builtins.int
+    """Sessions the calling tenant may hold: its `[tenants.<name>]
+    max_sessions`, else max_sessions_per_tenant; 0: no bound.
+    """
     @_builtins.property
     def run_deadline(self) -> _duration_pb2.Duration:
         """Per run."""
@@ -236,10 +248,12 @@ class ServerLimits(_message.Message):
         max_session_key_chars: _builtins.int = ...,
         max_hook_registrations: _builtins.int = ...,
         max_hook_tls_pem_bytes: _builtins.int = ...,
+        tenant_max_concurrent_runs: _builtins.int = ...,
+        tenant_max_sessions: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["enqueue_timeout", b"enqueue_timeout", "event_retention", b"event_retention", "exec_timeout", b"exec_timeout", "exec_timeout_max", b"exec_timeout_max", "hosted_call_timeout", b"hosted_call_timeout", "hosted_call_timeout_max", b"hosted_call_timeout_max", "model_request_timeout", b"model_request_timeout", "run_deadline", b"run_deadline", "tool_timeout", b"tool_timeout", "web_fetch_timeout", b"web_fetch_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_max_bytes", b"checkpoint_max_bytes", "checkpoint_max_count", b"checkpoint_max_count", "enqueue_timeout", b"enqueue_timeout", "event_retention", b"event_retention", "event_retention_count", b"event_retention_count", "exec_timeout", b"exec_timeout", "exec_timeout_max", b"exec_timeout_max", "hook_max_payload_bytes", b"hook_max_payload_bytes", "hosted_call_timeout", b"hosted_call_timeout", "hosted_call_timeout_max", b"hosted_call_timeout_max", "max_allowed_tools", b"max_allowed_tools", "max_concurrent_runs", b"max_concurrent_runs", "max_history_page_bytes", b"max_history_page_bytes", "max_hook_registrations", b"max_hook_registrations", "max_hook_tls_pem_bytes", b"max_hook_tls_pem_bytes", "max_hosted_tool_description_bytes", b"max_hosted_tool_description_bytes", "max_hosted_tool_schema_bytes", b"max_hosted_tool_schema_bytes", "max_hosted_tools", b"max_hosted_tools", "max_idle_session_bytes", b"max_idle_session_bytes", "max_idle_sessions", b"max_idle_sessions", "max_image_bytes", b"max_image_bytes", "max_label_key_chars", b"max_label_key_chars", "max_label_value_chars", b"max_label_value_chars", "max_labels", b"max_labels", "max_message_bytes", b"max_message_bytes", "max_model_calls_per_run", b"max_model_calls_per_run", "max_queued_turns", b"max_queued_turns", "max_receive_message_length", b"max_receive_message_length", "max_session_key_chars", b"max_session_key_chars", "max_system_prompt_bytes", b"max_system_prompt_bytes", "max_tokens_cap", b"max_tokens_cap", "max_tool_calls_per_run", b"max_tool_calls_per_run", "max_tool_output_chars", b"max_tool_output_chars", "model_request_timeout", b"model_request_timeout", "run_deadline", b"run_deadline", "subscriber_buffer", b"subscriber_buffer", "tool_timeout", b"tool_timeout", "web_fetch_max_chars_cap", b"web_fetch_max_chars_cap", "web_fetch_max_redirects", b"web_fetch_max_redirects", "web_fetch_max_response_bytes", b"web_fetch_max_response_bytes", "web_fetch_timeout", b"web_fetch_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_max_bytes", b"checkpoint_max_bytes", "checkpoint_max_count", b"checkpoint_max_count", "enqueue_timeout", b"enqueue_timeout", "event_retention", b"event_retention", "event_retention_count", b"event_retention_count", "exec_timeout", b"exec_timeout", "exec_timeout_max", b"exec_timeout_max", "hook_max_payload_bytes", b"hook_max_payload_bytes", "hosted_call_timeout", b"hosted_call_timeout", "hosted_call_timeout_max", b"hosted_call_timeout_max", "max_allowed_tools", b"max_allowed_tools", "max_concurrent_runs", b"max_concurrent_runs", "max_history_page_bytes", b"max_history_page_bytes", "max_hook_registrations", b"max_hook_registrations", "max_hook_tls_pem_bytes", b"max_hook_tls_pem_bytes", "max_hosted_tool_description_bytes", b"max_hosted_tool_description_bytes", "max_hosted_tool_schema_bytes", b"max_hosted_tool_schema_bytes", "max_hosted_tools", b"max_hosted_tools", "max_idle_session_bytes", b"max_idle_session_bytes", "max_idle_sessions", b"max_idle_sessions", "max_image_bytes", b"max_image_bytes", "max_label_key_chars", b"max_label_key_chars", "max_label_value_chars", b"max_label_value_chars", "max_labels", b"max_labels", "max_message_bytes", b"max_message_bytes", "max_model_calls_per_run", b"max_model_calls_per_run", "max_queued_turns", b"max_queued_turns", "max_receive_message_length", b"max_receive_message_length", "max_session_key_chars", b"max_session_key_chars", "max_system_prompt_bytes", b"max_system_prompt_bytes", "max_tokens_cap", b"max_tokens_cap", "max_tool_calls_per_run", b"max_tool_calls_per_run", "max_tool_output_chars", b"max_tool_output_chars", "model_request_timeout", b"model_request_timeout", "run_deadline", b"run_deadline", "subscriber_buffer", b"subscriber_buffer", "tenant_max_concurrent_runs", b"tenant_max_concurrent_runs", "tenant_max_sessions", b"tenant_max_sessions", "tool_timeout", b"tool_timeout", "web_fetch_max_chars_cap", b"web_fetch_max_chars_cap", "web_fetch_max_redirects", b"web_fetch_max_redirects", "web_fetch_max_response_bytes", b"web_fetch_max_response_bytes", "web_fetch_timeout", b"web_fetch_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -256,12 +270,17 @@ class GetServerInfoResponse(_message.Message):
     CAPABILITIES_FIELD_NUMBER: _builtins.int
     LIMITS_FIELD_NUMBER: _builtins.int
     DEFAULT_MODEL_REF_FIELD_NUMBER: _builtins.int
+    TENANT_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     """Server version."""
     api_version: _builtins.str
     """"general_agent.v1"."""
     default_model_ref: _builtins.str
     """The default model ref."""
+    tenant: _builtins.str
+    """The calling tenant, whose limits `limits` reports ("default" without
+    authentication; an admin's `x-tenant` names another).
+    """
     @_builtins.property
     def capabilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Capabilities this build serves (e.g. "sessions", "streaming",
@@ -280,10 +299,11 @@ class GetServerInfoResponse(_message.Message):
         capabilities: _abc.Iterable[_builtins.str] | None = ...,
         limits: Global___ServerLimits | None = ...,
         default_model_ref: _builtins.str = ...,
+        tenant: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_version", b"api_version", "capabilities", b"capabilities", "default_model_ref", b"default_model_ref", "limits", b"limits", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_version", b"api_version", "capabilities", b"capabilities", "default_model_ref", b"default_model_ref", "limits", b"limits", "tenant", b"tenant", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from general_agent_server.store.group_commit import GroupCommitLoop, QueuedWrite
-from general_agent_server.store.port import StoreError
+from general_agent_server.store.port import StoreError, StoreUnavailableError
 from general_agent_server.store.sqlite.batch import apply_write
 from general_agent_server.store.sqlite.migrations import migrate
 from general_agent_server.store.sqlite.operations import Operation
@@ -65,6 +65,16 @@ class GroupCommitWriter(GroupCommitLoop[Operation]):
         return conn
 
     # ------------------------------------------------------------------ writes
+    def _store_error(self, error: BaseException) -> StoreError:
+        """A full disk and a lock held past busy_timeout are conditions that clear (StoreUnavailableError);
+        anything else is a failure."""
+        code = getattr(error, "sqlite_errorcode", None)
+        if code == sqlite3.SQLITE_FULL:
+            return StoreUnavailableError.disk_full()
+        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            return StoreUnavailableError.locked()
+        return super()._store_error(error)
+
     async def _transaction(self, items: list[QueuedWrite[Operation]]) -> None:
         """One group commit is one hand-off to the writer thread."""
         conn = self._conn
