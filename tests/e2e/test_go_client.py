@@ -19,9 +19,9 @@ from tests.support.subprocess_server import ServerProcess
 GO_TIMEOUT = 300.0
 
 
-def go(*args: str, out: Path | None = None) -> subprocess.CompletedProcess[str]:
+def go(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     command = [require_executable("go"), *args]
-    env = {**os.environ, "GOFLAGS": "-mod=mod"}
+    env = {**os.environ, "GOFLAGS": "-mod=mod", **(env or {})}
     result = subprocess.run(
         command, cwd=GO_CLIENT_DIR, env=env, capture_output=True, text=True, timeout=GO_TIMEOUT, check=False
     )
@@ -40,6 +40,33 @@ def test_go_vet_is_clean_and_the_package_tests_pass() -> None:
     go("vet", "./...")
     result = go("test", "-count=1", "./agent/")
     assert "ok" in result.stdout, describe_run(result)
+
+
+def test_go_run_reattaches_after_the_connection_is_cut(
+    server_process: ServerProcess, fake_model_thread: FakeAnthropicThread
+) -> None:
+    """clients/go/agent/reattach_live_test.go: the hosted handler cuts the connection (a TCP proxy) before it
+    answers; Run reattaches, resends the answer, and yields every event of the session once, in order."""
+    lookup = ToolUseBlock(id="toolu_l", name="lookup", input={"q": "Go"})
+    fake_model_thread.enqueue(Reply(blocks=[lookup], stop_reason="tool_use"), TextReply("done"))
+
+    result = go(
+        "test",
+        "-tags",
+        "live",
+        "-run",
+        "Live",
+        "-count=1",
+        "-v",
+        "./agent/",
+        env={"GENERAL_AGENT_TEST_ADDRESS": server_process.address},
+    )
+
+    assert "--- PASS: TestLiveRunReattachesAfterTheConnectionIsCut" in result.stdout, describe_run(result)
+    requests = fake_model_thread.wait_for_requests(2, timeout=5.0)
+    [answer] = requests[1].messages[-1]["content"]  # one result for the one call: the resent answer applied once
+    assert answer["tool_use_id"] == "toolu_l"
+    assert not answer.get("is_error"), answer
 
 
 def test_go_example_answers_an_approval_and_a_hosted_call(

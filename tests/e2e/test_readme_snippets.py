@@ -20,11 +20,16 @@ language, and is run by tests/e2e/snippet_tasks.py. How each kind of snippet run
   clients/ts (beside examples/) and run with tsx. Both exit 0; one that answers approvals (`OnApproval` /
   `onApproval`) gets a model that calls `write` and the hosted `lookup`, and must print "Approve write?" and the
   outcome RUN_OUTCOME_COMPLETED; one that streams a turn prints the fake model's "ok".
+  Every ts snippet also passes `tsc --noEmit` (strict) in one program (test_ts_snippets_type_check).
 A snippet of any other kind fails until a way to run it is added here: none is skipped silently."""
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,7 +39,7 @@ import pytest
 from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
 from general_agent.v1 import agent_service_pb2_grpc, session_pb2
 from general_agent.v1 import session_messages_pb2 as session_api
-from tests.e2e.conftest import REPO, describe_run
+from tests.e2e.conftest import REPO, TS_CLIENT_DIR, describe_run, require_file
 from tests.e2e.snippet_tasks import run_hook_host, run_task
 from tests.e2e.snippet_trust import configures_trust, run_trust_toml
 from tests.e2e.snippets import ALL_SNIPPETS, Servers, Snippet, program, run
@@ -173,6 +178,34 @@ RUNNERS: dict[str, Callable[[Snippet, Servers], None]] = {
 def test_the_documents_have_snippets() -> None:
     assert {s.language for s in ALL_SNIPPETS} >= {"python", "sh", "toml", "go", "ts"}
     assert sum(s.language == "python" for s in ALL_SNIPPETS) >= 2
+
+
+def test_ts_snippets_type_check(tmp_path: Path) -> None:
+    """Every TypeScript snippet passes `tsc --noEmit` under clients/ts/tsconfig.json (strict), where it is run:
+    a scratch folder inside clients/ts, so `../src/agent.js` resolves as it does for a reader's examples/ file."""
+    typescript = [s for s in ALL_SNIPPETS if s.language == "ts"]
+    assert len(typescript) >= 8, [s.name for s in typescript]
+    scratch = Path(tempfile.mkdtemp(prefix="_snippet-types-", dir=TS_CLIENT_DIR))
+    try:
+        for number, snippet in enumerate(typescript):
+            (scratch / f"snippet{number}.ts").write_text(f"// {snippet.name}\n{snippet.code}")
+        config = {"extends": "../tsconfig.json", "include": ["*.ts"]}
+        (scratch / "tsconfig.json").write_text(json.dumps(config))
+        tsc = require_file(TS_CLIENT_DIR / "node_modules" / ".bin" / "tsc", "tsc (clients/ts/node_modules/.bin/tsc)")
+        result = subprocess.run(
+            [str(tsc), "--noEmit", "--listFiles", "-p", scratch.name],
+            cwd=TS_CLIENT_DIR,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+    finally:
+        shutil.rmtree(scratch)
+
+    assert result.returncode == 0, describe_run(result)
+    checked = [line for line in result.stdout.splitlines() if f"/{scratch.name}/snippet" in line]
+    assert len(checked) == len(typescript), result.stdout  # every snippet was part of the program
 
 
 @pytest.mark.parametrize("snippet", ALL_SNIPPETS, ids=lambda s: s.name)

@@ -31,6 +31,32 @@ def test_tsc_strict_is_clean() -> None:
     assert "BinaryReader" not in (TS_CLIENT_DIR / "src" / "smoke.ts").read_text()  # no hand-written wire decoding
 
 
+def test_ts_run_reattaches_after_the_connection_is_cut(
+    server_process: ServerProcess, fake_model_thread: FakeAnthropicThread
+) -> None:
+    """clients/ts/test/reattach.live.ts: the hosted handler cuts the connection (a TCP proxy) before it answers;
+    run() reattaches, resends the answer, and yields every event of the session once, in order."""
+    tsx = require_file(TSX, "tsx (clients/ts/node_modules/.bin/tsx)")
+    lookup = ToolUseBlock(id="toolu_l", name="lookup", input={"q": "TypeScript"})
+    fake_model_thread.enqueue(Reply(blocks=[lookup], stop_reason="tool_use"), TextReply("done"))
+
+    result = subprocess.run(
+        [str(tsx), "test/reattach.live.ts", server_process.address],
+        cwd=TS_CLIENT_DIR,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+    assert result.returncode == 0, describe_run(result, server_process)
+    assert result.stdout == "ok\n", describe_run(result, server_process)
+    requests = fake_model_thread.wait_for_requests(2, timeout=5.0)
+    [answer] = requests[1].messages[-1]["content"]  # one result for the one call: the resent answer applied once
+    assert answer["tool_use_id"] == "toolu_l"
+    assert not answer.get("is_error"), answer
+
+
 def test_ts_example_answers_an_approval_and_a_hosted_call(
     server_process: ServerProcess, fake_model_thread: FakeAnthropicThread
 ) -> None:

@@ -3,14 +3,11 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"iter"
-	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/general-agent/general-agent/clients/go/gen/general_agent/v1"
 )
@@ -62,11 +59,15 @@ type RunOptions struct {
 	// Turn carries the turn's busy policy; its on_disconnect is ignored
 	// (OnDisconnect is the stream's).
 	Turn *agentv1.TurnOptions
-	// RequestID is the turn's idempotency key (optional).
+	// RequestID is the turn's idempotency key (default: a random one). It
+	// stays the same across reattaches, so a resent turn is the same turn.
 	RequestID string
-	// OnDisconnect is the policy for the run if this stream drops
-	// (default CANCEL).
+	// OnDisconnect is the policy for the run while no stream is attached
+	// (default CONTINUE, so a dropped stream can reattach to the run).
 	OnDisconnect agentv1.OnDisconnect
+	// ReconnectTimeout bounds how long Run keeps reattaching without any
+	// contact with the server (default 60s).
+	ReconnectTimeout time.Duration
 }
 
 // CommandError is a RunSession command the server refused (its
@@ -86,139 +87,51 @@ func (e *CommandError) Unwrap() error { return e.Err }
 // the turn, and answers every hosted_tool_call (with opts.Hosted) and every
 // approval_requested (with opts.OnApproval) as it arrives, each handler in
 // its own goroutine, until the turn's run ends. The iterator yields every
-// event of the session from the attach on, the last being the run's terminal
-// run_finished. A refused command (the turn, or an answer) or a stream error
-// is yielded once as an error (*CommandError or *Error) and ends the run's
-// stream (the run itself follows OnDisconnect). Breaking out of the loop ends
-// the stream the same way.
+// event of the session from the attach on, each once and in sequence order,
+// the last being the run's terminal run_finished.
+//
+// A dropped stream (UNAVAILABLE, or a stream that ends early) is attached
+// again with after_sequence = the last sequence yielded: the server replays
+// what was missed, and the turn and any answer not yet acknowledged are sent
+// again (the turn keeps its request_id; an identical answer is not an
+// error). A refused command (the turn, or an answer) or any other error is
+// yielded once as an error (*CommandError or *Error) and ends the iterator.
+// Leaving early (breaking out of the loop, or an error) cancels the run.
 func (c *Client) Run(ctx context.Context, sessionID string, input []*agentv1.ContentPart, opts RunOptions) iter.Seq2[*agentv1.SessionEvent, error] {
 	return func(yield func(*agentv1.SessionEvent, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
-		var handlers sync.WaitGroup
-		defer handlers.Wait() // after cancel: handlers see ctx end
+		r := newRunner(c, sessionID, input, opts)
+		defer r.handlers.Wait() // after cancel: handlers see ctx end
 		defer cancel()
+		defer r.cancelUnfinished()
 
-		stream, err := c.RunSession(ctx)
+		session, err := c.GetSession(ctx, &agentv1.GetSessionRequest{SessionId: sessionID})
 		if err != nil {
 			yield(nil, FromError(err))
 			return
 		}
-		var sendMu sync.Mutex // one Send at a time (handlers answer from their goroutines)
-		send := func(req *agentv1.RunSessionRequest) {
-			sendMu.Lock()
-			defer sendMu.Unlock()
-			// A failed Send means the stream is over; Recv reports why.
-			_ = stream.Send(req)
-		}
-		send(&agentv1.RunSessionRequest{Command: &agentv1.RunSessionRequest_Attach{Attach: &agentv1.RunSessionAttach{
-			SessionId: sessionID, OnDisconnect: opts.OnDisconnect,
-		}}})
-		send(&agentv1.RunSessionRequest{Command: &agentv1.RunSessionRequest_Turn{Turn: &agentv1.RunSessionTurn{
-			CommandId: "turn", RequestId: opts.RequestID, Input: input, Options: opts.Turn,
-		}}})
-
-		answered := map[string]bool{} // call ids answered (or being answered) by this stream
-		finished := map[string]bool{} // run ids that reached a terminal run_finished
-		runID := ""                   // the turn's run, once its command_result arrived
-		commands := 0
-		nextID := func(kind string) string {
-			commands++
-			return fmt.Sprintf("%s-%d", kind, commands)
-		}
-
+		r.cursor = session.GetSession().GetLastSequence()
 		for {
-			resp, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				yield(nil, fromStatus(status.New(codes.Unknown, "RunSession ended before the run finished")))
+			stop, err := r.attachment(ctx, yield)
+			if stop {
 				return
 			}
-			if err != nil {
-				yield(nil, FromError(err))
+			if !transient(err) || time.Since(r.lastContact) > r.reconnectTimeout() {
+				yield(nil, err)
 				return
-			}
-			switch r := resp.GetResponse().(type) {
-			case *agentv1.RunSessionResponse_CommandResult:
-				result := r.CommandResult
-				if e := FromStatus(result.GetStatus()); e != nil {
-					yield(nil, &CommandError{CommandID: result.GetCommandId(), Err: e})
-					return
-				}
-				if result.GetCommandId() == "turn" {
-					runID = result.GetRunId()
-					if finished[runID] {
-						closeAndDrain(stream, &sendMu)
-						return
-					}
-				}
-			case *agentv1.RunSessionResponse_Event:
-				ev := r.Event
-				switch body := ev.GetEvent().(type) {
-				case *agentv1.SessionEvent_HostedToolCall:
-					call := body.HostedToolCall
-					if !answered[call.GetCallId()] {
-						answered[call.GetCallId()] = true
-						id := nextID("hosted")
-						handlers.Add(1)
-						go func() {
-							defer handlers.Done()
-							send(hostedResult(ctx, id, call, opts.Hosted[call.GetToolName()]))
-						}()
-					}
-				case *agentv1.SessionEvent_ApprovalRequested:
-					asked := body.ApprovalRequested
-					if !answered["approval:"+asked.GetCallId()] {
-						answered["approval:"+asked.GetCallId()] = true
-						id := nextID("approval")
-						handlers.Add(1)
-						go func() {
-							defer handlers.Done()
-							decision := Deny("no approval handler in this host")
-							if opts.OnApproval != nil {
-								decision = opts.OnApproval(ctx, asked)
-							}
-							send(&agentv1.RunSessionRequest{Command: &agentv1.RunSessionRequest_ResolveApproval{
-								ResolveApproval: &agentv1.RunSessionResolveApproval{
-									CommandId:       id,
-									CallId:          asked.GetCallId(),
-									Decision:        decision.Decision,
-									EditedInputJson: decision.EditedInputJSON,
-									Message:         decision.Message,
-								},
-							}})
-						}()
-					}
-				}
-				if !yield(ev, nil) {
-					return
-				}
-				if IsTerminal(ev) {
-					finished[ev.GetRunId()] = true
-					if runID != "" && ev.GetRunId() == runID {
-						closeAndDrain(stream, &sendMu)
-						return
-					}
-				}
-			default:
-				// Heartbeats and unknown future responses.
 			}
 		}
 	}
 }
 
-// closeAndDrain half-closes the stream and reads it to its end, so the server
-// finishes the call cleanly (it ends the stream once this stream's runs are over).
-func closeAndDrain(stream interface {
-	CloseSend() error
-	Recv() (*agentv1.RunSessionResponse, error)
-}, sendMu *sync.Mutex) {
-	sendMu.Lock()
-	_ = stream.CloseSend()
-	sendMu.Unlock()
-	for {
-		if _, err := stream.Recv(); err != nil {
-			return
-		}
+// transient is a dropped connection or a stopping server (reattach), not an
+// answer of the service.
+func transient(err error) bool {
+	e := FromError(err)
+	if e == nil {
+		return false
 	}
+	return e.Code == codes.Unavailable || ((e.Code == codes.Internal || e.Code == codes.Unknown) && e.Reason == "")
 }
 
 // hostedResult runs the handler (nil: no handler) and makes the hosted_result command.

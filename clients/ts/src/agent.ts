@@ -17,6 +17,7 @@ import {
   type SessionEvent,
 } from "./gen/general_agent/v1/event_pb.js";
 import type { RunSessionRequestSchema } from "./gen/general_agent/v1/run_session_pb.js";
+import { OnDisconnect } from "./gen/general_agent/v1/turn_pb.js";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "./gen/google/rpc/error_details_pb.js";
 import type { Status } from "./gen/google/rpc/status_pb.js";
 
@@ -148,6 +149,10 @@ export interface RunOptions {
   hosted?: Record<string, HostedHandler>;
   /** Answers approvals; without it every request is denied (fail-closed). */
   onApproval?: (request: ApprovalRequestedEvent) => Decision | Promise<Decision>;
+  /** The turn's idempotency key (default: a random one); the same across reattaches. */
+  requestId?: string;
+  /** How long to keep reattaching without contact with the server (default 60 s). */
+  reconnectTimeoutMs?: number;
   timeoutMs?: number;
   signal?: AbortSignal;
 }
@@ -184,10 +189,144 @@ class Outbox implements AsyncIterable<RunSessionRequestInit> {
   }
 }
 
+const TURN = "turn";
+// Answers to a call already resolved (by an earlier attach, or another host) are not errors.
+const IGNORED_ANSWER_REASONS = new Set(["TOOL_CALL_ALREADY_RESOLVED", "UNKNOWN_TOOL_CALL"]);
+
+/**
+ * A dropped connection or a stopping server (reattach), not an answer of the service (throw). Connect's Node
+ * transport reports the streams of a lost HTTP/2 connection as a local (not wire) CANCELED.
+ */
+function transient(e: unknown, signal: AbortSignal | undefined): boolean {
+  if (!(e instanceof ConnectError) || signal?.aborted) return false; // a CommandError, the host's own, or an abort
+  const details = errorDetails(e);
+  if (details.code === Code.Canceled) return !e.isWireError;
+  return details.code === Code.Unavailable || ((details.code === Code.Internal || details.code === Code.Unknown) && !details.reason);
+}
+
+/** One run() across its attachments. */
+class RunState {
+  cursor = 0n; // the last sequence yielded
+  lastContact = Date.now();
+  private runId: string | undefined; // the turn's run, once its command_result arrived
+  private finished = false;
+  private readonly terminal = new Set<string>();
+  private readonly started = new Set<string>();
+  private readonly pending = new Map<string, RunSessionRequestInit>(); // answers not acknowledged yet
+  private outbox: Outbox | undefined;
+  private readonly turn: RunSessionRequestInit;
+  private delayMs = 100;
+
+  constructor(
+    private readonly client: AgentClient,
+    private readonly sessionId: string,
+    input: ContentPart[],
+    private readonly options: RunOptions,
+  ) {
+    const requestId = options.requestId ?? crypto.randomUUID();
+    this.turn = { command: { case: "turn", value: { commandId: TURN, requestId, input } } };
+  }
+
+  /** One RunSession stream: attach after the cursor, resend what is not acknowledged, follow. */
+  async *attachment(): AsyncGenerator<SessionEvent> {
+    const outbox = new Outbox();
+    this.outbox = outbox;
+    const attach = { sessionId: this.sessionId, afterSequence: this.cursor, onDisconnect: OnDisconnect.CONTINUE };
+    outbox.push({ command: { case: "attach", value: attach } });
+    if (this.runId === undefined) outbox.push(this.turn);
+    for (const answer of this.pending.values()) outbox.push(answer);
+    try {
+      for await (const res of this.client.runSession(outbox, { timeoutMs: this.options.timeoutMs, signal: this.options.signal })) {
+        this.lastContact = Date.now();
+        this.delayMs = 100;
+        const response = res.response;
+        if (response.case === "commandResult") this.onCommandResult(response.value);
+        else if (response.case === "event" && response.value.sequence > this.cursor) {
+          const event = response.value;
+          this.cursor = event.sequence;
+          this.startHandler(event);
+          yield event;
+          if (isTerminal(event)) this.terminal.add(event.runId);
+        }
+        if (this.runId !== undefined && this.terminal.has(this.runId)) this.finished = true;
+        if (this.finished) outbox.close(); // the server ends the stream after our run
+      }
+    } finally {
+      outbox.close();
+      this.outbox = undefined;
+    }
+    if (!this.finished) throw new ConnectError("RunSession ended before the run finished", Code.Unavailable);
+  }
+
+  private onCommandResult(result: { commandId: string; status?: Status; runId: string }): void {
+    const refused = statusDetails(result.status);
+    if (result.commandId === TURN) {
+      if (refused) throw new CommandError(result.commandId, refused);
+      this.runId = result.runId;
+      return;
+    }
+    const known = this.pending.delete(result.commandId);
+    if (known && refused && !IGNORED_ANSWER_REASONS.has(refused.reason)) throw new CommandError(result.commandId, refused);
+  }
+
+  private startHandler(event: SessionEvent): void {
+    const body = event.event;
+    if (body.case === "hostedToolCall") this.start(`hosted-${body.value.callId}`, (id) => hostedAnswer(body.value, id, this.options));
+    if (body.case === "approvalRequested") this.start(`approval-${body.value.callId}`, (id) => approvalAnswer(body.value, id, this.options));
+  }
+
+  private start(commandId: string, answer: (commandId: string) => Promise<RunSessionRequestInit>): void {
+    if (this.started.has(commandId)) return;
+    this.started.add(commandId);
+    void answer(commandId).then((request) => {
+      this.pending.set(commandId, request);
+      this.outbox?.push(request); // else the next attachment sends it
+    });
+  }
+
+  /** Waits before the next attach: 100 ms, doubling up to 2 s, while the server is unreachable. */
+  async backoff(): Promise<void> {
+    await new Promise((resolve) => setTimeout(resolve, this.delayMs));
+    this.delayMs = Math.min(this.delayMs * 2, 2000);
+  }
+
+  /** Cancels the run when run() ends before it did: with on_disconnect CONTINUE it would go on alone. */
+  async cancelUnfinished(): Promise<void> {
+    if (this.finished || this.runId === undefined) return;
+    await this.client.cancelRun({ sessionId: this.sessionId, runId: this.runId }, { timeoutMs: 5000 }).catch(() => undefined);
+  }
+}
+
+async function hostedAnswer(call: HostedToolCallEvent, commandId: string, options: RunOptions): Promise<RunSessionRequestInit> {
+  const handler = options.hosted?.[call.toolName];
+  const callId = call.callId;
+  try {
+    if (!handler) throw new Error(`no handler for hosted tool "${call.toolName}" in this host`);
+    const output = await handler(call);
+    return { command: { case: "hostedResult", value: { commandId, callId, result: { case: "outputJson", value: JSON.stringify(output) } } } };
+  } catch (e) {
+    const error = e instanceof Error ? e.message : String(e);
+    return { command: { case: "hostedResult", value: { commandId, callId, result: { case: "error", value: error } } } };
+  }
+}
+
+async function approvalAnswer(asked: ApprovalRequestedEvent, commandId: string, options: RunOptions): Promise<RunSessionRequestInit> {
+  let decision: Decision;
+  try {
+    decision = options.onApproval ? await options.onApproval(asked) : deny("no approval handler in this host");
+  } catch (e) {
+    decision = deny(e instanceof Error ? e.message : String(e));
+  }
+  return { command: { case: "resolveApproval", value: { commandId, callId: asked.callId, ...decision } } };
+}
+
 /**
  * Drives one turn over RunSession: attaches, starts the turn, answers every hosted call and approval as it
- * arrives, and yields every event until the turn's terminal run_finished. A refused command throws a
- * CommandError; a stream error throws the ConnectError (decode it with errorDetails).
+ * arrives, and yields every event of the session from the attach on, each once and in sequence order, until
+ * the turn's terminal run_finished. A dropped stream (UNAVAILABLE, or one that ends early) is attached again
+ * with after_sequence = the last sequence yielded; the turn (same requestId) and unacknowledged answers are
+ * resent. A refused command throws a CommandError; any other stream error throws the ConnectError (decode it
+ * with errorDetails). Leaving early (break, or an error) cancels the run.
  */
 export async function* run(
   client: AgentClient,
@@ -195,69 +334,20 @@ export async function* run(
   input: ContentPart[],
   options: RunOptions = {},
 ): AsyncGenerator<SessionEvent> {
-  const outbox = new Outbox();
-  outbox.push({ command: { case: "attach", value: { sessionId } } });
-  outbox.push({ command: { case: "turn", value: { commandId: "turn", input } } });
-  const answered = new Set<string>();
-  const finished = new Set<string>();
-  let runId: string | undefined;
-  let commands = 0;
-  const hostedAnswer = async (call: HostedToolCallEvent, id: string) => {
-    const handler = options.hosted?.[call.toolName];
-    let result: RunSessionRequestInit;
-    try {
-      if (!handler) throw new Error(`no handler for hosted tool "${call.toolName}" in this host`);
-      const output = await handler(call);
-      result = {
-        command: {
-          case: "hostedResult",
-          value: { commandId: id, callId: call.callId, result: { case: "outputJson", value: JSON.stringify(output) } },
-        },
-      };
-    } catch (e) {
-      const error = e instanceof Error ? e.message : String(e);
-      result = { command: { case: "hostedResult", value: { commandId: id, callId: call.callId, result: { case: "error", value: error } } } };
-    }
-    outbox.push(result);
-  };
-  const approvalAnswer = async (asked: ApprovalRequestedEvent, id: string) => {
-    let decision: Decision;
-    try {
-      decision = options.onApproval ? await options.onApproval(asked) : deny("no approval handler in this host");
-    } catch (e) {
-      decision = deny(e instanceof Error ? e.message : String(e));
-    }
-    outbox.push({ command: { case: "resolveApproval", value: { commandId: id, callId: asked.callId, ...decision } } });
-  };
+  const state = new RunState(client, sessionId, input, options);
+  const { session } = await client.getSession({ sessionId }, { signal: options.signal });
+  state.cursor = session?.lastSequence ?? 0n;
   try {
-    for await (const res of client.runSession(outbox, { timeoutMs: options.timeoutMs, signal: options.signal })) {
-      const response = res.response;
-      if (response.case === "commandResult") {
-        const refused = statusDetails(response.value.status);
-        if (refused) throw new CommandError(response.value.commandId, refused);
-        if (response.value.commandId === "turn") {
-          runId = response.value.runId;
-          if (finished.has(runId)) outbox.close();
-        }
-        continue;
-      }
-      if (response.case !== "event") continue;
-      const event = response.value;
-      const body = event.event;
-      if (body.case === "hostedToolCall" && !answered.has(body.value.callId)) {
-        answered.add(body.value.callId);
-        void hostedAnswer(body.value, `hosted-${++commands}`);
-      } else if (body.case === "approvalRequested" && !answered.has("approval:" + body.value.callId)) {
-        answered.add("approval:" + body.value.callId);
-        void approvalAnswer(body.value, `approval-${++commands}`);
-      }
-      yield event;
-      if (isTerminal(event)) {
-        finished.add(event.runId);
-        if (event.runId === runId) outbox.close(); // the server ends the stream after our run
+    for (;;) {
+      try {
+        yield* state.attachment();
+        return;
+      } catch (e) {
+        if (!transient(e, options.signal) || Date.now() - state.lastContact > (options.reconnectTimeoutMs ?? 60_000)) throw e;
+        await state.backoff();
       }
     }
   } finally {
-    outbox.close();
+    await state.cancelUnfinished();
   }
 }
