@@ -27,6 +27,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
 
+from general_agent_server.domain.codec import CONTENT_PARTS
 from general_agent_server.domain.content import ContentPart, TextPart
 from general_agent_server.domain.errors import ErrorCode, ServiceError
 from general_agent_server.domain.events import (
@@ -65,6 +66,8 @@ from general_agent_server.runs.turn_queue import TurnQueue
 from general_agent_server.sessions.idempotency import KeyedRequest
 from general_agent_server.sessions.ledger import CommitRefused, LedgerSettings, SessionLedger
 from general_agent_server.sessions.ownership import Ownership
+from general_agent_server.sessions.relay import POLL_SECONDS, Body, CommandRelay
+from general_agent_server.sessions.remote_tail import RemoteTail
 from general_agent_server.sessions.replica_sync import ReplicaSync
 from general_agent_server.sessions.serving import ServingGate
 from general_agent_server.sessions.session_tools import SessionTools
@@ -100,6 +103,8 @@ class SessionDeps:
     mcp: McpServers | None = None
     # Bounds concurrent runs per server and tenant (tenants/slots.py); None: unbounded.
     run_slots: RunSlots | None = None
+    # Carries commands to the replica executing the session's run (sessions/relay.py); None: one process.
+    relay: CommandRelay | None = None
 
 
 def no_api_key(session_id: str, why: str) -> ServiceError:
@@ -136,6 +141,7 @@ class LiveSession:
         self._queue = TurnQueue(record.session_id)
         self.tools = SessionTools(self)
         self.sync = ReplicaSync(self, self._lock)
+        self.tail = RemoteTail(self)
         # The run slot the executing run holds (none while idle or suspended).
         self._slot: RunSlot | None = None
         # Weak: an armed deadline must not keep an evicted session alive through a reference cycle.
@@ -223,8 +229,28 @@ class LiveSession:
     async def restore_stored_suspension(self) -> None:
         await self.sync.restore_stored_suspension()
 
+    async def _relayed(self, body: Body) -> Body | None:
+        """Lock held: the answer of the replica executing the session's run, when another one does
+        (sessions/relay.py); None when the command applies here."""
+        relay = self.deps.relay
+        while relay is not None and self.runs_elsewhere:
+            answer = await relay.send(self.tenant, self.session_id, body)
+            if answer is not None:
+                return answer
+            await self.sync.revalidate_locked()  # the run ended, or its dead owner's run is repaired
+        return None
+
+    @property
+    def live_point(self) -> int:
+        """The newest sequence a live-only stream starts after: what this copy numbered, or, while another
+        replica's run numbers the session, what the store had committed when the copy was read (the copy's
+        counter then sits at the end of the reserved block)."""
+        return self.record.last_sequence if self.runs_elsewhere else self.ledger.last_assigned_sequence
+
     def subscribe(self) -> Subscriber:
-        return self.ledger.subscribe()
+        subscriber = self.ledger.subscribe()
+        self.tail.ensure()  # another replica's runs reach this subscriber too (sessions/remote_tail.py)
+        return subscriber
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
         self.ledger.unsubscribe(subscriber)
@@ -311,6 +337,8 @@ class LiveSession:
             await self._settle()
             self.deps.gate.check()
             if not self.owns_run:
+                if policy is BusyPolicy.STEER and (steered := await self._steer_elsewhere(turn)):
+                    return Admission(run=None, steered_run_id=steered)
                 await self._own_for_turn()
             try:
                 if self.record.state is not SessionState.IDLE:
@@ -323,6 +351,13 @@ class LiveSession:
                 return Admission(run=await self._start(replace(turn, trigger=trigger), fresh=True))
             finally:
                 self.disown_run()
+
+    async def _steer_elsewhere(self, turn: TurnRequest) -> str:
+        """A STEER turn for a run another replica executes: its message goes to that run (the id; "" when the
+        run ended meanwhile and the turn starts a run here)."""
+        body = {"kind": "inject", "parts": CONTENT_PARTS.dumps(turn.parts), "request_id": "", "body_hash": ""}
+        answer = await self._relayed(body)
+        return str(answer["run_id"]) if answer is not None else ""
 
     async def _own_for_turn(self) -> None:
         """Takes the lease, then reads the state again (so no other replica starts a run meanwhile). While
@@ -356,6 +391,8 @@ class LiveSession:
                     waited = True
             finally:
                 self._wake_queue()
+            if self.runs_elsewhere:
+                await asyncio.sleep(POLL_SECONDS)  # another replica's run: its end is read from the store
 
     async def _settle(self) -> None:
         """A run whose terminal commit has landed is over for hosts (they may have seen its run_finished), but its
@@ -419,8 +456,13 @@ class LiveSession:
         return run
 
     # ------------------------------------------------------------------ hosted results
-    async def wait_until_exposed(self, call_id: str) -> None:
-        """Waits (outside the lock) until a call the running run still holds is exposed by its suspension."""
+    async def wait_until_exposed(self, call_id: str, *, locked: bool = False) -> None:
+        """Waits (outside the lock) until a call the running run still holds is exposed by its suspension, here
+        or on the replica executing it."""
+        while self.runs_elsewhere:
+            await asyncio.sleep(POLL_SECONDS)
+            # Reads the suspension (or the run's end) once it is committed.
+            await (self.sync.revalidate_locked() if locked else self.revalidate())
         while (run := self.run) is not None and run.task is not None and not run.task.done():
             if not any(r.call_id == call_id for r in run.pending()):
                 return
@@ -431,7 +473,7 @@ class LiveSession:
         committed, so a missing one leaves the call pending."""
         await self.wait_until_exposed(call_id)
         async with self._lock:
-            await self.wait_until_exposed(call_id)
+            await self.wait_until_exposed(call_id, locked=True)
             async with self._resolving():
                 run = self.run
                 last = run is not None and [r.call_id for r in run.waiting()] == [call_id]
@@ -448,7 +490,7 @@ class LiveSession:
         lets the run continue is committed, so a missing one leaves the call waiting."""
         await self.wait_until_exposed(call_id)
         async with self._lock:
-            await self.wait_until_exposed(call_id)
+            await self.wait_until_exposed(call_id, locked=True)
             async with self._resolving():
                 run = self.run
                 call = next((r for r in run.round if r.call_id == call_id), None) if run is not None else None
@@ -503,6 +545,11 @@ class LiveSession:
         async with self._lock:
             if keyed is not None and (replay := await keyed.replay()) is not None:
                 return str(replay["run_id"])
+            idem = keyed.idem if keyed is not None else None
+            relayed = {"kind": "inject", "parts": CONTENT_PARTS.dumps(parts)}
+            relayed |= {"request_id": idem.request_id if idem else "", "body_hash": idem.body_hash if idem else ""}
+            if (answer := await self._relayed(relayed)) is not None:
+                return str(answer["run_id"])
             run_id = await self._inject(parts, keyed)
             if not run_id and keyed is not None:
                 await keyed.remember(self.session_id, {"run_id": ""})
@@ -532,16 +579,24 @@ class LiveSession:
     async def request_stop(self) -> str:
         """Sets the sticky stop flag and stops the active run (executing or suspended)."""
         async with self._lock:
+            if (answer := await self._relayed({"kind": "stop"})) is not None:
+                return str(answer["run_id"])
             await self._set_stop_flag(True)
             return await self._stop_run(RunReason.STOP_REQUESTED)
 
     async def clear_stop(self) -> bool:
         async with self._lock:
+            if (answer := await self._relayed({"kind": "clear_stop"})) is not None:
+                return bool(answer["was_set"])
             return await self._set_stop_flag(False)
 
     async def stop(self, reason: RunReason, run_id: str = "") -> str:
         """Stops the active run (or the one named) and waits for its terminal run_finished."""
         async with self._lock:
+            if (
+                answer := await self._relayed({"kind": "cancel", "reason": reason.value, "run_id": run_id})
+            ) is not None:
+                return str(answer["run_id"])
             return await self._stop_run(reason, run_id)
 
     async def _set_stop_flag(self, value: bool) -> bool:
