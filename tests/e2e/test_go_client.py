@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from general_agent.testing import FakeAnthropicThread
+from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
 from tests.e2e.conftest import GO_CLIENT_DIR, INSTALL_HINT, describe_run, require_executable
 from tests.e2e.hosted_example import check_hosted_example
 from tests.support.subprocess_server import ServerProcess

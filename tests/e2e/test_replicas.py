@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +18,20 @@ import pytest
 
 from general_agent.testing import FakeAnthropicThread, Reply, TextBlock, TextReply, ToolUseBlock
 from general_agent.v1 import event_pb2, hosted_tool_pb2, session_pb2
+from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from tests.support.events import last_of, text_of
 from tests.support.replicas import Replicas
-from tests.support.rpc import Stub, connect, create_session, events_after, get_session, stream_turn
+from tests.support.rpc import (
+    Stub,
+    connect,
+    create_session,
+    events_after,
+    get_session,
+    read_until,
+    stream_turn,
+    text_input,
+)
 from tests.support.runs import start_hanging_run
 from tests.support.subprocess_server import ServerProcesses
 
@@ -141,3 +153,131 @@ async def test_calls_a_killed_replica_left_pending_complete_on_the_other_at_once
         request_messages = fake_model_thread.requests[-1].messages
         assert [m["role"] for m in request_messages] == ["user", "assistant", "user"]
         assert [b["tool_use_id"] for b in request_messages[-1]["content"]] == ids
+
+
+@asynccontextmanager
+async def one_session_on_two_replicas(replicas: Replicas) -> AsyncIterator[tuple[Stub, Stub, str]]:
+    """Replicas A and B started, a stub for each, and a session created on A."""
+    a, b = replicas.make("replica-a"), replicas.make("replica-b")
+    address_a, address_b = a.start(), b.start()
+    async with connect(address_a) as stub_a, connect(address_b) as stub_b:
+        yield stub_a, stub_b, (await create_session(stub_a)).identity.session_id
+
+
+async def test_stop_and_cancel_on_one_replica_reach_the_run_on_the_other(
+    replicas: Replicas, fake_model_thread: FakeAnthropicThread
+) -> None:
+    async with one_session_on_two_replicas(replicas) as (stub_a, stub_b, sid):
+        run = await start_hanging_run(stub_a, fake_model_thread, sid, "long task")
+        stopped = await stub_b.RequestStop(turn_api.RequestStopRequest(session_id=sid))
+        assert stopped.run_id == run.run_id
+        finished = last_of(await run.rest(), "run_finished")
+        assert (finished.outcome, finished.reason) == (
+            event_pb2.RUN_OUTCOME_STOPPED,
+            event_pb2.RUN_REASON_STOP_REQUESTED,
+        )
+        assert (await stub_b.ClearStop(turn_api.ClearStopRequest(session_id=sid))).was_set is True
+
+        run = await start_hanging_run(stub_a, fake_model_thread, sid, "another long task")
+        cancelled = await stub_b.CancelRun(turn_api.CancelRunRequest(session_id=sid, run_id=run.run_id))
+        assert (cancelled.cancelled, cancelled.run_id) == (True, run.run_id)
+        finished = last_of(await run.rest(), "run_finished")
+        assert (finished.outcome, finished.reason) == (event_pb2.RUN_OUTCOME_STOPPED, event_pb2.RUN_REASON_CANCELLED)
+        assert (await get_session(stub_b, sid)).state == session_pb2.SESSION_STATE_IDLE
+
+
+async def test_a_message_injected_on_one_replica_reaches_the_run_on_the_other(
+    replicas: Replicas, fake_model_thread: FakeAnthropicThread
+) -> None:
+    async with one_session_on_two_replicas(replicas) as (stub_a, stub_b, sid):
+        run = await start_hanging_run(stub_a, fake_model_thread, sid, "long task", then=[TextReply("X it is.")])
+        request = turn_api.InjectMessageRequest(session_id=sid, input=text_input("mention X"), request_id="inj-1")
+        injected = await stub_b.InjectMessage(request)
+        assert (injected.accepted, injected.run_id) == (True, run.run_id)
+        assert await stub_b.InjectMessage(request) == injected  # an idempotent retry answers the same
+        run.reply.release()
+        events = await run.rest()
+        assert [e.WhichOneof("event") for e in events].count("message_injected") == 1
+        assert last_of(events, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
+        assert fake_model_thread.requests[-1].messages[-1]["content"][0]["text"] == "mention X"
+
+
+def wire(events: list[Any]) -> list[bytes]:
+    return [e.SerializeToString(deterministic=True) for e in events]
+
+
+async def watch_runs(stub: Stub, session_id: str, runs: int) -> list[Any]:
+    """WatchSession from the start of the session until `runs` run_finished events have arrived."""
+    call = stub.WatchSession(turn_api.WatchSessionRequest(session_id=session_id, after_sequence=0))
+    out: list[Any] = []
+    async for response in call:
+        out.append(response.event)
+        if [e.WhichOneof("event") for e in out].count("run_finished") == runs:
+            call.cancel()
+            break
+    return out
+
+
+async def test_a_watch_on_one_replica_follows_runs_on_the_other_event_for_event(
+    replicas: Replicas, fake_model_thread: FakeAnthropicThread
+) -> None:
+    async with one_session_on_two_replicas(replicas) as (stub_a, stub_b, sid):
+        run = await start_hanging_run(stub_a, fake_model_thread, sid, "long task")
+        # Attached mid-run on B: what the log has is replayed, the rest arrives live from A's run, then A's next
+        # run on the (by then idle) session too.
+        watch_b = asyncio.create_task(watch_runs(stub_b, sid, 2))
+        watch_a = asyncio.create_task(watch_runs(stub_a, sid, 2))
+        await asyncio.sleep(0)
+        run.reply.release()
+        first = [*run.seen, *await run.rest()]
+        fake_model_thread.enqueue(TextReply("second answer", chunks=["second ", "answer"]))
+        second = await stream_turn(stub_a, sid, "again")
+        on_b, on_a = await asyncio.wait_for(watch_b, 30), await asyncio.wait_for(watch_a, 30)
+        assert wire(on_b) == wire(on_a) == wire(first + second)
+        assert wire(on_b) == wire(await events_after(stub_b, sid, 0, second[-1].sequence))
+
+
+def busy_turn(stub: Stub, session_id: str, text: str, policy: Any) -> asyncio.Task[list[Any]]:
+    """A StreamTurn with a busy policy, read up to its run_finished in the background."""
+    options = turn_api.TurnOptions(busy_policy=policy)
+    call = stub.StreamTurn(turn_api.StreamTurnRequest(session_id=session_id, input=text_input(text), options=options))
+    return asyncio.create_task(read_until(call, "run_finished"))
+
+
+async def test_a_steer_turn_on_one_replica_steers_and_follows_the_run_on_the_other(
+    replicas: Replicas, fake_model_thread: FakeAnthropicThread
+) -> None:
+    async with one_session_on_two_replicas(replicas) as (stub_a, stub_b, sid):
+        run = await start_hanging_run(stub_a, fake_model_thread, sid, "long task", then=[TextReply("Focused on Y.")])
+        steering = busy_turn(stub_b, sid, "focus on Y", turn_api.BUSY_POLICY_STEER)
+
+        async def injected() -> bool:
+            history = await stub_a.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=sid))
+            return any(e.WhichOneof("entry") == "message" and e.message.injected for e in history.entries)
+
+        deadline = time.monotonic() + 30
+        while not await injected():  # the steering message is committed by A (polled, bounded)
+            assert time.monotonic() < deadline, "the steering message never reached the run"
+            await asyncio.sleep(0.05)
+        run.reply.release()
+        on_a = [*run.seen, *await run.rest()]
+        steered = await asyncio.wait_for(steering, 30)
+        assert {e.run_id for e in steered} == {run.run_id}
+        assert "run_started" not in [e.WhichOneof("event") for e in steered]
+        assert [p.text.text for p in last_of(steered, "message_injected").input] == ["focus on Y"]
+        assert wire(steered) == wire([e for e in on_a if e.sequence >= steered[0].sequence])
+
+
+async def test_an_enqueued_turn_on_one_replica_runs_after_the_run_on_the_other(
+    replicas: Replicas, fake_model_thread: FakeAnthropicThread
+) -> None:
+    async with one_session_on_two_replicas(replicas) as (stub_a, stub_b, sid):
+        run = await start_hanging_run(stub_a, fake_model_thread, sid, "long task", then=[TextReply("queued answer")])
+        waiting = busy_turn(stub_b, sid, "next", turn_api.BUSY_POLICY_ENQUEUE)
+        run.reply.release()
+        first = [*run.seen, *await run.rest()]
+        second = await asyncio.wait_for(waiting, 30)
+        assert text_of(second) == "queued answer"
+        assert second[0].run_id != run.run_id
+        assert second[0].sequence > first[-1].sequence
+        assert second[0].run_started.trigger == event_pb2.RUN_TRIGGER_ENQUEUED_TURN

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from general_agent.testing import FakeAnthropicThread
+from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
 from tests.e2e.conftest import TS_CLIENT_DIR, TSX, describe_run, require_executable, require_file
 from tests.e2e.hosted_example import check_hosted_example
 from tests.support.subprocess_server import ServerProcess

@@ -34,6 +34,7 @@ from general_agent_server.runs.attachment import Attachment
 from general_agent_server.runs.commands import Attach
 from general_agent_server.runs.control import RunControl
 from general_agent_server.runs.recovery import repair_abandoned_runs
+from general_agent_server.runs.relayed import RelayedCommands
 from general_agent_server.runs.streams import EventStreams
 from general_agent_server.sessions.cache import SessionCache
 from general_agent_server.sessions.children import ChildSessions
@@ -42,6 +43,7 @@ from general_agent_server.sessions.idempotency import IdempotencyKeys
 from general_agent_server.sessions.live import SessionDeps
 from general_agent_server.sessions.mcp_service import McpService
 from general_agent_server.sessions.ownership import Ownership
+from general_agent_server.sessions.relay import CommandRelay
 from general_agent_server.sessions.service import SessionService, SessionServiceDeps
 from general_agent_server.sessions.serving import ServingGate
 from general_agent_server.sessions.settings import CoreSettings
@@ -79,7 +81,7 @@ class Agent:
         self.plugins = LoadedPlugins(ids=())
         self.hook_runner = HookRunner(HookRegistry())
         keys = SessionKeys()
-        idempotency = IdempotencyKeys(store, ttl_seconds=settings.idempotency_ttl_seconds)
+        idempotency = self._idempotency = IdempotencyKeys(store, ttl_seconds=settings.idempotency_ttl_seconds)
         recorder = CheckpointRecorder(
             store, CheckpointBounds(max_count=settings.checkpoint_max_count, max_bytes=settings.checkpoint_max_bytes)
         )
@@ -97,6 +99,8 @@ class Agent:
             )
         )
         self.run_slots = RunSlots(max_runs=settings.max_concurrent_runs, rules=settings.tenants)
+        ownership = Ownership(store, settings)
+        self.relay = CommandRelay(store, owner=settings.replica_id, holding=lambda: ownership.holding)
         self.cache = SessionCache(
             SessionDeps(
                 store=store,
@@ -107,7 +111,8 @@ class Agent:
                 credentials=credentials,
                 keys=keys,
                 gate=self.gate,
-                ownership=Ownership(store, settings),
+                ownership=ownership,
+                relay=self.relay,
                 global_hosted_tools=global_hosted_tools,
                 event_log=event_log,
                 hooks=self.hook_runner,
@@ -200,6 +205,7 @@ class Agent:
         their hosted deadlines are armed (expired ones fire). No session can fail the start."""
         self.exporter.start()
         self.cache.start()
+        self.relay.start(RelayedCommands(self.cache, self._idempotency).execute)
         if self.event_log is not None:
             self.event_log.start()
         settings = self.settings
@@ -255,6 +261,7 @@ class Agent:
         # Background processes of tools (exec) and MCP servers die with the server.
         await self.catalog.aclose()
         await self.mcp.aclose()
+        await self.relay.close()
         await self.cache.close()  # leases released: another replica may take these sessions at once
         await self.exporter.close()
         if self.hook_dialer is not None:

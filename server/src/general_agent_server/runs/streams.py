@@ -42,7 +42,7 @@ class EventStreams:
         if on_subscribed is not None:
             on_subscribed()
         try:
-            last = session.ledger.last_assigned_sequence if after_sequence is None else after_sequence
+            last = session.live_point if after_sequence is None else after_sequence
             if after_sequence is not None:
                 async for event in self._replay(session, after_sequence):
                     yield event

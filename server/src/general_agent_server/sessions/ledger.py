@@ -131,6 +131,8 @@ class SessionLedger:
         self._purged_at_sequence = 0
         self._purged_at_time = time.monotonic()
         self._next_sequence = _first_sequence(record)
+        # The newest event this copy published itself (another replica's come from the log: remote_tail.py).
+        self.last_published_sequence = 0
 
     def reload(self, record: SessionRecord, history: list[HistoryMessage]) -> None:
         """Takes the stored state read again (another replica changed the session); no commit is in flight."""
@@ -184,6 +186,12 @@ class SessionLedger:
     def publish(self, events: list[SequencedEvent]) -> None:
         if self._event_log is not None:
             self._event_log.events(self.tenant, self.session_id, events)
+        if events:
+            self.last_published_sequence = max(self.last_published_sequence, events[-1].sequence)
+        self.deliver(events)
+
+    def deliver(self, events: list[SequencedEvent]) -> None:
+        """Offers events to the subscribers only (another replica's, read from the log: it logged them)."""
         for subscriber in self._subscribers:
             for event in events:
                 subscriber.offer(event)

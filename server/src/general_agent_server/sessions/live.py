@@ -27,8 +27,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
 
+from general_agent_server.domain.codec import CONTENT_PARTS
 from general_agent_server.domain.content import ContentPart, TextPart
-from general_agent_server.domain.errors import ErrorCode, ServiceError, session_not_found
+from general_agent_server.domain.errors import ErrorCode, ServiceError
 from general_agent_server.domain.events import (
     CompactionReason,
     RunReason,
@@ -44,7 +45,7 @@ from general_agent_server.domain.records import (
     ResolvedBy,
     RunStatus,
 )
-from general_agent_server.domain.session import HostedToolDefinition, SessionMode, SessionRecord, SessionState
+from general_agent_server.domain.session import HostedToolDefinition, SessionRecord, SessionState
 from general_agent_server.domain.transcript import MessageEntry, SessionResetEntry
 from general_agent_server.exports.event_log import EventLog
 from general_agent_server.exports.transcript_export import TranscriptExporter
@@ -60,18 +61,21 @@ from general_agent_server.runs.compaction import CompactionOutcome, Compactor, o
 from general_agent_server.runs.deadlines import Deadlines
 from general_agent_server.runs.driver import RunDriver
 from general_agent_server.runs.hosted import resolve_approval, resolve_hosted
-from general_agent_server.runs.recovery import repair_leased, repair_session
 from general_agent_server.runs.state import ActiveRun, Admission, BusyPolicy, Resolution, TurnRequest, payload_hash
 from general_agent_server.runs.turn_queue import TurnQueue
 from general_agent_server.sessions.idempotency import KeyedRequest
 from general_agent_server.sessions.ledger import CommitRefused, LedgerSettings, SessionLedger
-from general_agent_server.sessions.ownership import Ownership, held_elsewhere
+from general_agent_server.sessions.ownership import Ownership
+from general_agent_server.sessions.relay import POLL_SECONDS, Body, CommandRelay
+from general_agent_server.sessions.remote_tail import RemoteTail
+from general_agent_server.sessions.replica_sync import ReplicaSync
 from general_agent_server.sessions.serving import ServingGate
+from general_agent_server.sessions.session_tools import SessionTools
 from general_agent_server.sessions.settings import CoreSettings
 from general_agent_server.sessions.subscribers import Subscriber
 from general_agent_server.store.port import SessionStore, StoreUnavailableError
 from general_agent_server.tenants.slots import RunSlot, RunSlots
-from general_agent_server.tools.runtime import ToolCatalog, ToolContext, ToolKind, ToolSet, ToolSpec
+from general_agent_server.tools.runtime import ToolCatalog, ToolContext, ToolSet, ToolSpec
 from general_agent_server.workspace.checkpoints.recorder import CheckpointRecorder
 
 logger = logging.getLogger(__name__)
@@ -99,6 +103,8 @@ class SessionDeps:
     mcp: McpServers | None = None
     # Bounds concurrent runs per server and tenant (tenants/slots.py); None: unbounded.
     run_slots: RunSlots | None = None
+    # Carries commands to the replica executing the session's run (sessions/relay.py); None: one process.
+    relay: CommandRelay | None = None
 
 
 def no_api_key(session_id: str, why: str) -> ServiceError:
@@ -133,10 +139,11 @@ class LiveSession:
         self.users = 0
         self.on_idle: Callable[[LiveSession], None] = lambda session: None
         self._queue = TurnQueue(record.session_id)
-        self._toolset: tuple[object, SessionMode, object, ToolSet] | None = None
+        self.tools = SessionTools(self)
+        self.sync = ReplicaSync(self, self._lock)
+        self.tail = RemoteTail(self)
         # The run slot the executing run holds (none while idle or suspended).
         self._slot: RunSlot | None = None
-        self._mcp_config: object = None
         # Weak: an armed deadline must not keep an evicted session alive through a reference cycle.
         ref = weakref.ref(self)
 
@@ -150,7 +157,7 @@ class LiveSession:
         def guard() -> None:
             session = ref()
             if session is not None:
-                session._check_writable()
+                session.sync.check_writable()
 
         self.ledger.guard = guard
 
@@ -201,181 +208,69 @@ class LiveSession:
     def session_file(self) -> str:
         return str(self.deps.exporter.path_for(self.tenant, self.session_id))
 
-    # ------------------------------------------------------------------ ownership (sessions/ownership.py)
+    # ------------------------------------------------------------------ replicas (sessions/replica_sync.py)
     @property
     def owns_run(self) -> bool:
-        """Whether a run of this session executes here now (this replica holds the lease)."""
-        run = self.run
-        return run is not None and run.task is not None and not run.task.done()
+        return self.sync.owns_run
 
     @property
     def runs_elsewhere(self) -> bool:
-        """The stored state says RUNNING, and the run is not here: another replica drives it."""
-        return self.record.state is SessionState.RUNNING and not self.owns_run
-
-    def _check_writable(self) -> None:
-        if self.runs_elsewhere:
-            raise held_elsewhere(self.session_id, self.settings.lease_ttl_seconds / 3)
+        return self.sync.runs_elsewhere
 
     async def own_run(self) -> None:
-        """Takes the session's lease for a run starting or continuing here (SESSION_BUSY while another replica
-        holds it)."""
-        ownership = self.deps.ownership
-        if not ownership.holds(self.tenant, self.session_id):
-            await ownership.take(self.tenant, self.session_id)
+        await self.sync.own_run()
 
     def disown_run(self) -> None:
-        """Releases the lease unless a run executes here."""
-        if not self.owns_run:
-            self.deps.ownership.release(self.tenant, self.session_id)
+        self.sync.disown_run()
 
     async def revalidate(self) -> bool:
-        """Compares the copy with the store's version and reads the session again when another replica changed
-        it (and repairs a run a dead replica left); True when it was read again. NOT_FOUND once it is deleted."""
-        if self.owns_run or await self._current() is None:
-            return False  # the common case, without the command lock
-        async with self._lock:
-            return await self._revalidate()
-
-    async def _current(self) -> SessionRecord | None:
-        """The stored record when it differs from this copy or says RUNNING elsewhere; None when the copy is
-        current or a run executes here (this replica holds the lease: nobody else writes the session). NOT_FOUND
-        once it is deleted."""
-        if self.owns_run:
-            return None
-        stored = await self.store.get_session(self.tenant, self.session_id)
-        if stored is None:
-            raise session_not_found(self.session_id)
-        current = stored.version == self.record.version and not self.ledger.stale
-        if current and stored.state is not SessionState.RUNNING:
-            return None
-        return stored  # changed, or a run elsewhere that may have been abandoned since (repaired once expired)
-
-    async def _revalidate(self) -> bool:
-        stored = await self._current()
-        if stored is None:
-            return False
-        store, tenant, session_id = self.store, self.tenant, self.session_id
-        if stored.state is SessionState.RUNNING:
-            if await self._repair(stored):
-                stored = await store.get_session(tenant, session_id)
-                if stored is None:
-                    raise session_not_found(session_id)
-            elif stored.version == self.record.version and not self.ledger.stale:
-                return False  # still running elsewhere, and this copy knows it
-        history = await store.load_history(tenant, session_id)
-        self.deadlines.disarm()
-        self.run = None
-        self.ledger.reload(stored, history)
-        self._toolset = None
-        if stored.state is SessionState.SUSPENDED and stored.active_run_id:
-            await self.restore_stored_suspension()
-        return True
-
-    async def _repair(self, stored: SessionRecord) -> bool:
-        """A run left RUNNING by a replica whose lease has expired (or this replica's own before a restart)."""
-        settings = self.settings
-        if self.deps.ownership.holds(self.tenant, self.session_id):
-            return await repair_leased(self.store, self.tenant, self.session_id, settings.sequence_block) > 0
-        repaired = await repair_session(
-            self.store,
-            self.tenant,
-            self.session_id,
-            owner=settings.replica_id,
-            ttl_seconds=settings.lease_ttl_seconds,
-            sequence_block=settings.sequence_block,
-        )
-        return repaired > 0
+        return await self.sync.revalidate()
 
     async def restore_stored_suspension(self) -> None:
-        """A suspended run survives restarts and replicas: its run row and pending round come back from the
-        store and the hosted deadlines are re-armed (expired ones fire at once)."""
-        record = self.record
-        run_record = await self.store.get_run(record.tenant, record.session_id, record.active_run_id)
-        if run_record is None:
-            return
-        calls = await self.store.list_tool_calls(record.tenant, record.session_id, run_record.run_id)
-        last_round = max((c.round_index for c in calls), default=0)
-        run = ActiveRun(
-            run_id=run_record.run_id,
-            record=run_record,
-            model_ref=run_record.model_ref,
-            credential=None,
-            round=[c for c in calls if c.round_index == last_round],
-        )
-        self.restore_suspension(run)
+        await self.sync.restore_stored_suspension()
+
+    async def _relayed(self, body: Body) -> Body | None:
+        """Lock held: the answer of the replica executing the session's run, when another one does
+        (sessions/relay.py); None when the command applies here."""
+        relay = self.deps.relay
+        while relay is not None and self.runs_elsewhere:
+            answer = await relay.send(self.tenant, self.session_id, body)
+            if answer is not None:
+                return answer
+            await self.sync.revalidate_locked()  # the run ended, or its dead owner's run is repaired
+        return None
+
+    @property
+    def live_point(self) -> int:
+        """The newest sequence a live-only stream starts after: what this copy numbered, or, while another
+        replica's run numbers the session, what the store had committed when the copy was read (the copy's
+        counter then sits at the end of the reserved block)."""
+        return self.record.last_sequence if self.runs_elsewhere else self.ledger.last_assigned_sequence
 
     def subscribe(self) -> Subscriber:
-        return self.ledger.subscribe()
+        subscriber = self.ledger.subscribe()
+        self.tail.ensure()  # another replica's runs reach this subscriber too (sessions/remote_tail.py)
+        return subscriber
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
         self.ledger.unsubscribe(subscriber)
 
     # ------------------------------------------------------------------ what its runs use (runs/host.py)
     def toolset(self) -> ToolSet:
-        """The session's tools, rebuilt only when its config, mode or ready MCP servers change (the set keeps its
-        compiled argument validators between model calls). Identity, not equality: configs are replaced whole."""
-        config, mode = self.record.config, self.record.identity.mode
-        servers = self.mcp
-        mcp_key = servers.tools_key() if servers is not None else ()
-        cached = self._toolset
-        if cached is None or cached[0] is not config or cached[1] is not mode or cached[2] != mcp_key:
-            hosted = [
-                ToolSpec(
-                    name=t.name,
-                    description=t.description,
-                    input_schema=t.input_schema,
-                    kind=ToolKind.HOSTED,
-                    timeout_seconds=t.timeout_seconds,
-                )
-                for t in (*self.deps.global_hosted_tools, *config.hosted_tools)
-            ]
-            taken = set(self.deps.catalog.builtins) | {t.name for t in hosted}
-            tools = self.deps.catalog.for_session(
-                coding=mode is SessionMode.CODING,
-                allowed=config.allowed_tools,
-                extra=hosted,
-                mcp=servers.tools(taken) if servers is not None else (),
-                record=self.record,
-            )
-            cached = self._toolset = (config, mode, mcp_key, tools)
-        return cached[3]
+        return self.tools.toolset()
 
     @property
     def mcp(self) -> SessionServers | None:
-        """The session's MCP servers, kept in step with its stored map (None: the server serves no MCP)."""
-        if self.deps.mcp is None:
-            return None
-        servers = self.deps.mcp.for_session(self.tenant, self.session_id, self.workspace)
-        config = self.record.config
-        if self._mcp_config is not config:
-            servers.configure(config.mcp_servers, config.disabled_mcp_servers)
-            self._mcp_config = config
-        return servers
+        return self.tools.mcp
 
     async def prepare_tools(self) -> None:
-        """Before a model call: the MCP servers started and settled (at most mcp_connect_timeout)."""
-        servers = self.mcp
-        if servers is not None and servers.configured:
-            await servers.prepare()
+        await self.tools.prepare()
 
     def hosted_deadline(self, spec: ToolSpec) -> timedelta:
-        wanted = (
-            spec.timeout_seconds
-            or self.record.config.limits.hosted_call_timeout_seconds
-            or self.settings.hosted_call_timeout
-        )
-        return timedelta(seconds=min(wanted, self.settings.hosted_call_timeout_max))
+        return self.tools.hosted_deadline(spec)
 
     def tool_context(self, run_id: str, call_id: str) -> ToolContext:
-        return ToolContext(
-            tenant=self.tenant,
-            session_id=self.session_id,
-            run_id=run_id,
-            call_id=call_id,
-            workspace=self.workspace,
-            checkpoints=self.deps.checkpoints,
-        )
+        return self.tools.context(run_id, call_id)
 
     def credential(self) -> Credential | None:
         return self.deps.credentials.resolve(
@@ -401,14 +296,14 @@ class LiveSession:
         self._release_slot()
         self.disown_run()  # a suspended session belongs to no replica
         if suspended:
-            self._release_mcp()
+            self.tools.release_mcp()
             return
         if self.run is run:
             self.run = None
         run.finished.set()
         self._wake_queue()
         self.ledger.retain()
-        self._release_mcp()
+        self.tools.release_mcp()
         self.on_idle(self)
 
     def _release_slot(self) -> None:
@@ -423,10 +318,6 @@ class LiveSession:
         if run is not None and run.task is not None and slots is not None and self._slot is None:
             self._slot = slots.take(self.tenant)
         return resolution
-
-    def _release_mcp(self) -> None:
-        if self.deps.mcp is not None and (servers := self.mcp) is not None:
-            servers.release_later()
 
     # ------------------------------------------------------------------ turns
     def busy_error(self) -> ServiceError:
@@ -448,6 +339,8 @@ class LiveSession:
             if self.deps.run_slots is not None and self.record.state is SessionState.IDLE:
                 self.deps.run_slots.check(self.tenant)  # shed before the lease's store write
             if not self.owns_run:
+                if policy is BusyPolicy.STEER and (steered := await self._steer_elsewhere(turn)):
+                    return Admission(run=None, steered_run_id=steered)
                 await self._own_for_turn()
             try:
                 if self.record.state is not SessionState.IDLE:
@@ -461,6 +354,13 @@ class LiveSession:
             finally:
                 self.disown_run()
 
+    async def _steer_elsewhere(self, turn: TurnRequest) -> str:
+        """A STEER turn for a run another replica executes: its message goes to that run (the id; "" when the
+        run ended meanwhile and the turn starts a run here)."""
+        body = {"kind": "inject", "parts": CONTENT_PARTS.dumps(turn.parts), "request_id": "", "body_hash": ""}
+        answer = await self._relayed(body)
+        return str(answer["run_id"]) if answer is not None else ""
+
     async def _own_for_turn(self) -> None:
         """Takes the lease, then reads the state again (so no other replica starts a run meanwhile). While
         another replica runs the session, its turn is refused as on one server: SESSION_BUSY with the run."""
@@ -469,9 +369,9 @@ class LiveSession:
         except StoreUnavailableError:
             raise  # the store cannot take the lease's write now (disk full, locked): not another replica's run
         except ServiceError:
-            await self._revalidate()
+            await self.sync.revalidate_locked()
             raise self.busy_error() from None
-        await self._revalidate()
+        await self.sync.revalidate_locked()
 
     async def _admit_queued(self, turn: TurnRequest) -> Admission:
         settings = self.settings
@@ -488,13 +388,15 @@ class LiveSession:
             try:
                 async with self._lock:
                     await self._settle()
-                    await self._revalidate()
+                    await self.sync.revalidate_locked()
                     if self.record.state is SessionState.IDLE and self.run is None:
                         trigger = RunTrigger.ENQUEUED_TURN if waited else RunTrigger.TURN
                         return Admission(run=await self._start(replace(turn, trigger=trigger)))
                     waited = True
             finally:
                 self._wake_queue()
+            if self.runs_elsewhere:
+                await asyncio.sleep(POLL_SECONDS)  # another replica's run: its end is read from the store
 
     async def _settle(self) -> None:
         """A run whose terminal commit has landed is over for hosts (they may have seen its run_finished), but its
@@ -531,7 +433,7 @@ class LiveSession:
     async def _start_owned(
         self, turn: TurnRequest, credential: Credential, *, fresh: bool, slot: RunSlot | None
     ) -> ActiveRun:
-        if not fresh and await self._revalidate() and self.record.state is not SessionState.IDLE:
+        if not fresh and await self.sync.revalidate_locked() and self.record.state is not SessionState.IDLE:
             raise self.busy_error()  # another replica started a run before this one took the lease
         admission = await prepare_admission(self, turn, credential, self.deps.event_log)
         run = admission.run
@@ -558,8 +460,13 @@ class LiveSession:
         return run
 
     # ------------------------------------------------------------------ hosted results
-    async def wait_until_exposed(self, call_id: str) -> None:
-        """Waits (outside the lock) until a call the running run still holds is exposed by its suspension."""
+    async def wait_until_exposed(self, call_id: str, *, locked: bool = False) -> None:
+        """Waits (outside the lock) until a call the running run still holds is exposed by its suspension, here
+        or on the replica executing it."""
+        while self.runs_elsewhere:
+            await asyncio.sleep(POLL_SECONDS)
+            # Reads the suspension (or the run's end) once it is committed.
+            await (self.sync.revalidate_locked() if locked else self.revalidate())
         while (run := self.run) is not None and run.task is not None and not run.task.done():
             if not any(r.call_id == call_id for r in run.pending()):
                 return
@@ -570,7 +477,7 @@ class LiveSession:
         committed, so a missing one leaves the call pending."""
         await self.wait_until_exposed(call_id)
         async with self._lock:
-            await self.wait_until_exposed(call_id)
+            await self.wait_until_exposed(call_id, locked=True)
             async with self._resolving():
                 run = self.run
                 last = run is not None and [r.call_id for r in run.waiting()] == [call_id]
@@ -587,7 +494,7 @@ class LiveSession:
         lets the run continue is committed, so a missing one leaves the call waiting."""
         await self.wait_until_exposed(call_id)
         async with self._lock:
-            await self.wait_until_exposed(call_id)
+            await self.wait_until_exposed(call_id, locked=True)
             async with self._resolving():
                 run = self.run
                 call = next((r for r in run.round if r.call_id == call_id), None) if run is not None else None
@@ -605,7 +512,7 @@ class LiveSession:
         another replica holds it). Released afterwards unless the run continues here."""
         await self.own_run()
         try:
-            await self._revalidate()
+            await self.sync.revalidate_locked()
             yield
         finally:
             self.disown_run()
@@ -642,6 +549,11 @@ class LiveSession:
         async with self._lock:
             if keyed is not None and (replay := await keyed.replay()) is not None:
                 return str(replay["run_id"])
+            idem = keyed.idem if keyed is not None else None
+            relayed = {"kind": "inject", "parts": CONTENT_PARTS.dumps(parts)}
+            relayed |= {"request_id": idem.request_id if idem else "", "body_hash": idem.body_hash if idem else ""}
+            if (answer := await self._relayed(relayed)) is not None:
+                return str(answer["run_id"])
             run_id = await self._inject(parts, keyed)
             if not run_id and keyed is not None:
                 await keyed.remember(self.session_id, {"run_id": ""})
@@ -671,16 +583,24 @@ class LiveSession:
     async def request_stop(self) -> str:
         """Sets the sticky stop flag and stops the active run (executing or suspended)."""
         async with self._lock:
+            if (answer := await self._relayed({"kind": "stop"})) is not None:
+                return str(answer["run_id"])
             await self._set_stop_flag(True)
             return await self._stop_run(RunReason.STOP_REQUESTED)
 
     async def clear_stop(self) -> bool:
         async with self._lock:
+            if (answer := await self._relayed({"kind": "clear_stop"})) is not None:
+                return bool(answer["was_set"])
             return await self._set_stop_flag(False)
 
     async def stop(self, reason: RunReason, run_id: str = "") -> str:
         """Stops the active run (or the one named) and waits for its terminal run_finished."""
         async with self._lock:
+            if (
+                answer := await self._relayed({"kind": "cancel", "reason": reason.value, "run_id": run_id})
+            ) is not None:
+                return str(answer["run_id"])
             return await self._stop_run(reason, run_id)
 
     async def _set_stop_flag(self, value: bool) -> bool:
@@ -723,7 +643,7 @@ class LiveSession:
             if await keyed.replay() is not None:
                 return self.record
             await self._stop_run(RunReason.SESSION_RESET)
-            await self._close_mcp()  # they start again at the next run
+            await self.tools.close_mcp()  # they start again at the next run
             await self.hooks.fire_and_wait(
                 "before_reset",
                 {
@@ -811,13 +731,8 @@ class LiveSession:
             await self._stop_run(reason)
             self.deadlines.disarm()
             self.ledger.close_subscribers()
-        await self._close_mcp()
+        await self.tools.close_mcp()
         await self.end_session_hooks(wait=False, deleted=True)
-
-    async def _close_mcp(self) -> None:
-        if self.deps.mcp is not None:
-            await self.deps.mcp.close_session(self.tenant, self.session_id)
-            self._mcp_config = None
 
     async def end_session_hooks(self, *, wait: bool, deleted: bool = False) -> None:
         """session_end: when the session object ends after session_start fired in this process, so the two pair

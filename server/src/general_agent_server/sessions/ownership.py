@@ -58,6 +58,11 @@ class Ownership:
     def ttl(self) -> float:
         return self._settings.lease_ttl_seconds
 
+    @property
+    def holding(self) -> bool:
+        """Whether this replica holds any lease now."""
+        return bool(self._held)
+
     def holds(self, tenant: str, session_id: str) -> bool:
         return (tenant, session_id) in self._held
 

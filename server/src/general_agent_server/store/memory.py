@@ -15,6 +15,7 @@ import copy
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TypeVar
 
@@ -32,7 +33,15 @@ from general_agent_server.domain.records import (
 from general_agent_server.domain.session import SessionRecord
 from general_agent_server.domain.transcript import TranscriptEntry
 from general_agent_server.store.memory_tables import Key, Tables, session_matches
-from general_agent_server.store.port import ListCursor, SessionExistsError, SessionQuery, StoreError, WriteBatch
+from general_agent_server.store.port import (
+    CommandStatus,
+    ListCursor,
+    SessionCommand,
+    SessionExistsError,
+    SessionQuery,
+    StoreError,
+    WriteBatch,
+)
 from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
 
 logger = logging.getLogger(__name__)
@@ -263,3 +272,45 @@ class InMemorySessionStore:
 
     async def notify(self, tenant: str, session_id: str, sequence: int) -> None:
         return None
+
+    # ------------------------------------------------------------------ relayed commands
+    async def put_command(self, command: SessionCommand) -> None:
+        self._tables().commands[(command.tenant, command.command_id)] = command
+        await asyncio.sleep(0)
+
+    async def claim_commands(self, owner: str) -> list[SessionCommand]:
+        tables, now = self._tables(), self.clock()
+        claimed = []
+        for key, command in list(tables.commands.items()):
+            row = tables.sessions.get((command.tenant, command.session_id))
+            held = row is not None and row.lease_owner == owner and row.lease_expires >= now
+            if command.status is CommandStatus.PENDING and held:
+                tables.commands[key] = replace(command, status=CommandStatus.CLAIMED)
+                claimed.append(tables.commands[key])
+        return await self._read(claimed)
+
+    async def finish_command(self, tenant: str, command_id: str, result_json: str) -> None:
+        commands = self._tables().commands
+        if (command := commands.get((tenant, command_id))) is not None:
+            commands[(tenant, command_id)] = replace(command, status=CommandStatus.DONE, result_json=result_json)
+        await asyncio.sleep(0)
+
+    async def get_command(self, tenant: str, command_id: str) -> SessionCommand | None:
+        return await self._read(self._tables().commands.get((tenant, command_id)))
+
+    async def withdraw_command(self, tenant: str, command_id: str) -> bool:
+        commands = self._tables().commands
+        command = commands.get((tenant, command_id))
+        withdrawn = command is not None and command.status is CommandStatus.PENDING
+        if withdrawn:
+            del commands[(tenant, command_id)]
+        return await self._read(withdrawn)
+
+    async def delete_command(self, tenant: str, command_id: str) -> None:
+        self._tables().commands.pop((tenant, command_id), None)
+        await asyncio.sleep(0)
+
+    async def lease_holder(self, tenant: str, session_id: str) -> str:
+        row = self._tables().sessions.get((tenant, session_id))
+        live = row is not None and row.lease_owner and row.lease_expires >= self.clock()
+        return await self._read(row.lease_owner if row is not None and live else "")

@@ -15,7 +15,14 @@ from general_agent_server.domain.history import HistoryMessage
 from general_agent_server.domain.records import IdempotencyRecord, RunRecord, ToolCallRecord
 from general_agent_server.domain.session import SessionRecord
 from general_agent_server.domain.transcript import TranscriptEntry
-from general_agent_server.store.port import ListCursor, SessionQuery, StoreError, VersionConflictError, WriteBatch
+from general_agent_server.store.port import (
+    ListCursor,
+    SessionCommand,
+    SessionQuery,
+    StoreError,
+    VersionConflictError,
+    WriteBatch,
+)
 from general_agent_server.workspace.checkpoints.recorder import Checkpoint, beyond_bounds
 
 Key = tuple[str, str]  # (tenant, session_id)
@@ -39,6 +46,7 @@ class Tables:
     checkpoints: dict[Key, dict[int, Checkpoint]] = field(default_factory=dict)
     idempotency: dict[tuple[str, str, str], IdempotencyRecord] = field(default_factory=dict)
     hooks: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (tenant, session, plugin) -> JSON
+    commands: dict[tuple[str, str], SessionCommand] = field(default_factory=dict)  # (tenant, command id)
     last_entry_id: int = 0
     last_position: int = 0
 
@@ -99,6 +107,8 @@ class Tables:
             table.pop(key, None)
         for hook_key in [k for k in self.hooks if k[:2] == key]:
             del self.hooks[hook_key]
+        for command_key in [k for k, c in self.commands.items() if (c.tenant, c.session_id) == key]:
+            del self.commands[command_key]
         return existed
 
     # ------------------------------------------------------------------ events

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Protocol
 
 from general_agent_server.domain.errors import ErrorCode, ServiceError
@@ -303,6 +304,52 @@ class LeaseStore(Protocol):
         ...
 
 
+class CommandStatus(StrEnum):
+    PENDING = "PENDING"
+    CLAIMED = "CLAIMED"
+    DONE = "DONE"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionCommand:
+    """A command for a session whose run another replica executes, on its way to that replica and back."""
+
+    tenant: str
+    session_id: str
+    command_id: str
+    body_json: str
+    status: CommandStatus = CommandStatus.PENDING
+    result_json: str = ""
+
+
+class CommandStore(Protocol):
+    """Commands relayed through the store to the replica that holds a session's lease (sessions/relay.py).
+
+    A command is PENDING until the lease holder claims it (CLAIMED) and answers it (DONE); the sender reads the
+    answer and deletes the row. A PENDING command can be withdrawn (its sender applies it itself: the run
+    ended or its owner died); a claimed one cannot. Commands are deleted with their session."""
+
+    async def put_command(self, command: SessionCommand) -> None: ...
+
+    async def claim_commands(self, owner: str) -> list[SessionCommand]:
+        """The PENDING commands of the sessions whose unexpired lease `owner` holds, now CLAIMED."""
+        ...
+
+    async def finish_command(self, tenant: str, command_id: str, result_json: str) -> None: ...
+
+    async def get_command(self, tenant: str, command_id: str) -> SessionCommand | None: ...
+
+    async def withdraw_command(self, tenant: str, command_id: str) -> bool:
+        """Deletes the command if it is still PENDING; False once it was claimed (or is gone)."""
+        ...
+
+    async def delete_command(self, tenant: str, command_id: str) -> None: ...
+
+    async def lease_holder(self, tenant: str, session_id: str) -> str:
+        """The owner of the session's unexpired lease; "" when nobody holds one."""
+        ...
+
+
 class SessionStore(
     StoreLifecycle,
     SessionRecordStore,
@@ -312,6 +359,7 @@ class SessionStore(
     HookRegistrationStore,
     IdempotencyStore,
     LeaseStore,
+    CommandStore,
     CheckpointStore,
     Protocol,
 ):

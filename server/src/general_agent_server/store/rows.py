@@ -14,6 +14,7 @@ from general_agent_server.domain.events import SequencedEvent
 from general_agent_server.domain.records import IdempotencyRecord
 from general_agent_server.domain.session import SessionIdentity, SessionMode, SessionRecord, SessionState, Usage
 from general_agent_server.domain.transcript import TranscriptEntry
+from general_agent_server.store.port import CommandStatus, SessionCommand
 from general_agent_server.workspace.checkpoints.files import CheckpointFile
 from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
 
@@ -28,6 +29,10 @@ class Row(Protocol):
 
 def to_us(value: datetime) -> int:
     return int(value.timestamp() * 1_000_000)
+
+
+def now_us() -> int:
+    return to_us(datetime.now(UTC))
 
 
 def from_us(value: int) -> datetime:
@@ -220,3 +225,15 @@ def checkpoint_chain(rows: Iterable[Row]) -> list[Checkpoint]:
         )
         for cid, (_, run_id, call_id, tool_name, create_us) in headers.items()
     ]
+
+
+def command_from_row(tenant: str, command_id: str, row: Row) -> SessionCommand:
+    """A relayed command from its row: session_id, status, body_json, result_json."""
+    return SessionCommand(
+        tenant=tenant,
+        session_id=row[0],
+        command_id=command_id,
+        status=CommandStatus(row[1]),
+        body_json=row[2],
+        result_json=row[3],
+    )

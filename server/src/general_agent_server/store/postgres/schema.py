@@ -85,6 +85,15 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (tenant, session_id, checkpoint_id, idx)
     );
     """,
+    # 2: commands for a session whose run another replica executes (SQLite version 6).
+    """
+    CREATE TABLE session_commands (
+        tenant TEXT NOT NULL, command_id TEXT NOT NULL, session_id TEXT NOT NULL, status TEXT NOT NULL,
+        body_json TEXT NOT NULL, result_json TEXT NOT NULL DEFAULT '', create_time_us BIGINT NOT NULL,
+        PRIMARY KEY (tenant, command_id)
+    );
+    CREATE INDEX session_commands_pending ON session_commands (tenant, session_id) WHERE status = 'PENDING';
+    """,
 )
 
 

@@ -17,12 +17,12 @@ from general_agent_server.domain.records import IdempotencyRecord, RunRecord, Ru
 from general_agent_server.domain.session import SessionRecord
 from general_agent_server.domain.transcript import TranscriptEntry
 from general_agent_server.observability.port import Observer
-from general_agent_server.store.port import ListCursor, SessionQuery, StoreError, WriteBatch
-from general_agent_server.store.postgres import reads, writes
+from general_agent_server.store.port import ListCursor, SessionCommand, SessionQuery, StoreError, WriteBatch
+from general_agent_server.store.postgres import commands, reads, writes
 from general_agent_server.store.postgres.dsn import StoreDsn
 from general_agent_server.store.postgres.schema import migrate
 from general_agent_server.store.postgres.writer import PgWriter
-from general_agent_server.store.rows import SESSION_SELECT, record_from_row, to_us
+from general_agent_server.store.rows import SESSION_SELECT, command_from_row, now_us, record_from_row, to_us
 from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
 
 
@@ -245,3 +245,31 @@ class PostgresSessionStore:
 
     async def notify(self, tenant: str, session_id: str, sequence: int) -> None:
         return None
+
+    # ------------------------------------------------------------------ relayed commands
+    async def put_command(self, command: SessionCommand) -> None:
+        await self._operation(command.tenant, command.session_id, commands.PutCommand(command))
+
+    async def claim_commands(self, owner: str) -> list[SessionCommand]:
+        marker = commands.ClaimCommands(owner)
+        await self._operation("", "", marker)
+        return marker.claimed
+
+    async def finish_command(self, tenant: str, command_id: str, result_json: str) -> None:
+        await self._operation(tenant, "", commands.FinishCommand(command_id, result_json))
+
+    async def get_command(self, tenant: str, command_id: str) -> SessionCommand | None:
+        row = await self._p().fetchrow(commands.COMMAND_SELECT, tenant, command_id)
+        return None if row is None else command_from_row(tenant, command_id, tuple(row))
+
+    async def withdraw_command(self, tenant: str, command_id: str) -> bool:
+        marker = commands.DeleteCommand(command_id, only_pending=True)
+        await self._operation(tenant, "", marker)
+        return marker.deleted
+
+    async def delete_command(self, tenant: str, command_id: str) -> None:
+        await self._operation(tenant, "", commands.DeleteCommand(command_id, only_pending=False))
+
+    async def lease_holder(self, tenant: str, session_id: str) -> str:
+        owner = await self._p().fetchval(commands.LEASE_SELECT, tenant, session_id, now_us())
+        return "" if owner is None else str(owner)

@@ -144,6 +144,20 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX tool_calls_awaiting_approval ON tool_calls (status) WHERE status = 'AWAITING_APPROVAL';
     """,
+    # 6: commands for a session whose run another replica executes (sessions/relay.py).
+    """
+    CREATE TABLE session_commands (
+        tenant TEXT NOT NULL,
+        command_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        body_json TEXT NOT NULL,
+        result_json TEXT NOT NULL DEFAULT '',
+        create_time_us INTEGER NOT NULL,
+        PRIMARY KEY (tenant, command_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX session_commands_pending ON session_commands (tenant, session_id) WHERE status = 'PENDING';
+    """,
 )
 
 

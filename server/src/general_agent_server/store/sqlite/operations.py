@@ -30,6 +30,7 @@ SESSION_TABLES = (
     "hook_registrations",
     "checkpoints",
     "checkpoint_files",
+    "session_commands",
 )
 
 

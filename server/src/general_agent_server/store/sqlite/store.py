@@ -20,7 +20,7 @@ from general_agent_server.domain.records import IdempotencyRecord, RunRecord, Ru
 from general_agent_server.domain.session import SessionRecord
 from general_agent_server.domain.transcript import TranscriptEntry
 from general_agent_server.observability.port import Observer
-from general_agent_server.store.port import ListCursor, SessionQuery, StoreError, WriteBatch
+from general_agent_server.store.port import ListCursor, SessionCommand, SessionQuery, StoreError, WriteBatch
 from general_agent_server.store.rows import (
     EVENT_SELECT,
     IDEMPOTENCY_SELECT,
@@ -32,7 +32,7 @@ from general_agent_server.store.rows import (
     to_us,
     transcript_entries,
 )
-from general_agent_server.store.sqlite import checkpoints
+from general_agent_server.store.sqlite import checkpoints, commands
 from general_agent_server.store.sqlite.operations import (
     DeleteSession,
     HookRegistration,
@@ -298,3 +298,31 @@ class SqliteSessionStore:
 
     async def notify(self, tenant: str, session_id: str, sequence: int) -> None:
         return None
+
+    # ------------------------------------------------------------------ relayed commands
+    async def put_command(self, command: SessionCommand) -> None:
+        await self._run_operation(command.tenant, command.session_id, commands.PutCommand(command))
+
+    async def claim_commands(self, owner: str) -> list[SessionCommand]:
+        marker = commands.ClaimCommands(owner)
+        await self._run_operation("", "", marker)
+        return marker.claimed
+
+    async def finish_command(self, tenant: str, command_id: str, result_json: str) -> None:
+        await self._run_operation(tenant, "", commands.FinishCommand(command_id, result_json))
+
+    async def get_command(self, tenant: str, command_id: str) -> SessionCommand | None:
+        row = await self._fetch_one(commands.COMMAND_SELECT, (tenant, command_id))
+        return None if row is None else commands.command_from_row(tenant, command_id, row)
+
+    async def withdraw_command(self, tenant: str, command_id: str) -> bool:
+        marker = commands.DeleteCommand(command_id, only_pending=True)
+        await self._run_operation(tenant, "", marker)
+        return marker.deleted
+
+    async def delete_command(self, tenant: str, command_id: str) -> None:
+        await self._run_operation(tenant, "", commands.DeleteCommand(command_id, only_pending=False))
+
+    async def lease_holder(self, tenant: str, session_id: str) -> str:
+        row = await self._fetch_one(commands.LEASE_SELECT, (tenant, session_id, commands.now_us()))
+        return "" if row is None else str(row[0])

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from general_agent_server.store.testing.base import StoreConformance
 from general_agent_server.store.testing.checkpoints import CheckpointConformance
+from general_agent_server.store.testing.commands import CommandConformance
 from general_agent_server.store.testing.hooks import HookRegistrationConformance
 from general_agent_server.store.testing.idempotency import IdempotencyConformance
 from general_agent_server.store.testing.leases import LeaseConformance
@@ -43,6 +44,7 @@ class SessionStoreConformance(
     HookRegistrationConformance,
     IdempotencyConformance,
     LeaseConformance,
+    CommandConformance,
     CheckpointConformance,
 ):
     """Every test a full SessionStore must pass."""
@@ -51,6 +53,7 @@ class SessionStoreConformance(
 __all__ = [
     "BatchWriterConformance",
     "CheckpointConformance",
+    "CommandConformance",
     "HookRegistrationConformance",
     "IdempotencyConformance",
     "LeaseConformance",

@@ -1,0 +1,74 @@
+"""Events another replica's run of a session writes, delivered to this replica's subscribers of that session
+(WatchSession, RunSession attachments, STEER followers), so a stream on any replica follows a run on any other.
+
+While the session has subscribers here and no run of it executes here, a tail reads the session's event log after
+the last sequence it delivered and offers what it finds to the subscribers, exactly as stored (a replay from the
+log and the tail carry the same events byte for byte). Subscribers drop what they have seen already
+(runs/streams.py), so an event delivered both live here and by the tail reaches a stream once. It polls every
+`FAST_SECONDS` while another replica's run is active or events keep arriving, else every `IDLE_SECONDS`; it
+never slows a run (it only reads)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from typing import TYPE_CHECKING
+
+from general_agent_server.domain.session import SessionState
+from general_agent_server.store.port import StoreError
+
+if TYPE_CHECKING:
+    from general_agent_server.sessions.live import LiveSession
+
+logger = logging.getLogger(__name__)
+
+FAST_SECONDS = 0.05
+IDLE_SECONDS = 0.5
+BATCH = 500
+
+
+class RemoteTail:
+    def __init__(self, session: LiveSession) -> None:
+        # Weak: the session owns this object, and an evicted session must be freed without the cycle collector.
+        self._ref = weakref.ref(session)
+        self._task: asyncio.Task[None] | None = None
+
+    def ensure(self) -> None:
+        """A subscriber arrived: the tail runs until the last one leaves."""
+        if self._task is None or self._task.done():
+            session = self._ref()
+            if session is not None:
+                self._task = asyncio.create_task(self._follow(), name=f"remote-tail-{session.session_id}")
+
+    async def _follow(self) -> None:
+        session = self._ref()
+        if session is None:
+            return
+        cursor = session.live_point
+        del session
+        while True:
+            session = self._ref()
+            if session is None or not session.ledger.has_subscribers:
+                return
+            busy = False
+            # What this replica published itself reached the subscribers already.
+            cursor = max(cursor, session.ledger.last_published_sequence)
+            if not session.owns_run:
+                try:
+                    events = await session.store.read_events(
+                        session.tenant, session.session_id, after_sequence=cursor, limit=BATCH
+                    )
+                except StoreError:
+                    return  # the store is closing
+                except Exception:
+                    logger.exception("could not read the event log", extra={"category": "system"})
+                    events = []
+                published = session.ledger.last_published_sequence  # a run may have started here meanwhile
+                events = [e for e in events if e.sequence > published]
+                if events:
+                    cursor = events[-1].sequence
+                    session.ledger.deliver(events)
+                busy = bool(events) or session.record.state is SessionState.RUNNING
+            del session
+            await asyncio.sleep(FAST_SECONDS if busy else IDLE_SECONDS)

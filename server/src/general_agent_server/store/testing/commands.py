@@ -1,0 +1,63 @@
+"""The conformance tests of CommandStore: commands relayed to the holder of a session's lease."""
+
+from __future__ import annotations
+
+from general_agent_server.store.port import CommandStatus, SessionCommand, SessionStore
+from general_agent_server.store.testing.base import StoreConformance, async_tests
+from general_agent_server.store.testing.factories import make_session, new_id, new_tenant
+from general_agent_server.store.testing.helpers import create
+
+
+def command(tenant: str, session_id: str, body: str = '{"kind":"stop"}') -> SessionCommand:
+    return SessionCommand(tenant=tenant, session_id=session_id, command_id=new_id(), body_json=body)
+
+
+@async_tests
+class CommandConformance(StoreConformance):
+    """Claimed only by the live lease holder, once; answered, read back, withdrawn only while pending."""
+
+    async def test_only_the_lease_holder_claims_a_command_and_only_once(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        await create(store, make_session(tenant, sid))
+        sent = command(tenant, sid)
+        await store.put_command(sent)
+        assert await store.claim_commands("owner-a") == []  # nobody holds the lease yet
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=60)
+        assert await store.claim_commands("owner-b") == []
+        claimed = await store.claim_commands("owner-a")
+        assert [(c.command_id, c.session_id, c.body_json, c.status) for c in claimed] == [
+            (sent.command_id, sid, sent.body_json, CommandStatus.CLAIMED)
+        ]
+        assert await store.claim_commands("owner-a") == []
+        assert await store.withdraw_command(tenant, sent.command_id) is False
+
+    async def test_an_answer_is_read_back_and_the_row_deleted(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        await create(store, make_session(tenant, sid))
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=60)
+        sent = command(tenant, sid)
+        await store.put_command(sent)
+        assert await store.lease_holder(tenant, sid) == "owner-a"
+        pending = await store.get_command(tenant, sent.command_id)
+        assert pending is not None
+        assert (pending.status, pending.result_json) == (CommandStatus.PENDING, "")
+        await store.claim_commands("owner-a")
+        await store.finish_command(tenant, sent.command_id, '{"run_id":"r1"}')
+        done = await store.get_command(tenant, sent.command_id)
+        assert done is not None
+        assert (done.status, done.result_json) == (CommandStatus.DONE, '{"run_id":"r1"}')
+        await store.delete_command(tenant, sent.command_id)
+        assert await store.get_command(tenant, sent.command_id) is None
+
+    async def test_a_pending_command_is_withdrawn_and_goes_with_its_session(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        await create(store, make_session(tenant, sid))
+        assert await store.lease_holder(tenant, sid) == ""
+        first, second = command(tenant, sid), command(tenant, sid)
+        await store.put_command(first)
+        await store.put_command(second)
+        assert await store.withdraw_command(tenant, first.command_id) is True
+        assert await store.get_command(tenant, first.command_id) is None
+        assert await store.withdraw_command(tenant, first.command_id) is False
+        assert await store.delete_session(tenant, sid) is True
+        assert await store.get_command(tenant, second.command_id) is None
