@@ -17,13 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from google.protobuf import json_format
 
 from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
 from general_agent.v1 import (
-    agent_service_pb2_grpc,
     hook_registration_pb2,
     hosted_tool_pb2,
     session_pb2,
@@ -32,7 +30,7 @@ from general_agent.v1 import turn_pb2 as turn_api
 from tests.support.events import last_of
 from tests.support.fake_web import BRAVE_PATH, FIRECRAWL_PATH, FakeWeb
 from tests.support.hook_host import SDK_NATIVE_HOOKS, HookHost, binding, registration
-from tests.support.rpc import Stub, create_session, events_after, stream_turn
+from tests.support.rpc import Stub, connect, create_session, events_after, stream_turn
 from tests.support.subprocess_server import ServerProcess, ServerProcesses
 
 REDACTED = "[REDACTED]"
@@ -130,8 +128,7 @@ async def run_turns(env: Env, stub: Stub) -> tuple[str, list[Any]]:
 
 
 async def test_no_sink_holds_a_secret(env: Env) -> None:
-    async with grpc.aio.insecure_channel(env.server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(env.server.address) as stub:
         bindings = [
             binding(h, include_messages=hook_registration_pb2.HOOK_INCLUDE_MESSAGES_ALL) for h in SDK_NATIVE_HOOKS
         ]

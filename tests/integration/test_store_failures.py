@@ -7,15 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from general_agent.testing import FakeAnthropic, Reply, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2_grpc, event_pb2
+from general_agent.v1 import event_pb2
 from general_agent_server.store.port import StoreError, WriteBatch
 from tests.conftest import ServerFactory
 from tests.support.events import last_of
-from tests.support.rpc import create_session, stream_turn
+from tests.support.rpc import connect, create_session, stream_turn
 
 
 async def test_a_failed_results_commit_fails_the_run_and_the_next_turn_works(
@@ -35,8 +34,7 @@ async def test_a_failed_results_commit_fails_the_run_and_the_next_turn_works(
         await real_write(batch, durable=durable)
 
     monkeypatch.setattr(store, "write", write)
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(server.address) as stub:
         sid = (await create_session(stub)).identity.session_id
         (root / "default" / sid).mkdir(parents=True)
         (root / "default" / sid / "a.txt").write_text("alpha\n")
