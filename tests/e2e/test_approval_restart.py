@@ -8,13 +8,11 @@ import asyncio
 import json
 from pathlib import Path
 
-import grpc
-
 from general_agent.testing import FakeAnthropicThread, Reply, TextBlock, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2_grpc, approval_pb2, event_pb2, session_pb2
+from general_agent.v1 import approval_pb2, event_pb2, session_pb2
 from general_agent.v1 import turn_pb2 as turn_api
 from tests.support.events import kinds, last_of
-from tests.support.rpc import create_session, get_session, stream_turn
+from tests.support.rpc import connect, create_session, get_session, stream_turn
 from tests.support.subprocess_server import ServerProcesses
 
 
@@ -34,8 +32,7 @@ async def test_two_approvals_pending_at_sigkill_are_answered_on_the_restarted_se
         TextReply("One written, one refused."),
     )
     address = server.start()
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(address) as stub:
         session = await create_session(
             stub,
             identity=session_pb2.SessionIdentity(mode=session_pb2.SESSION_MODE_CODING),
@@ -52,8 +49,7 @@ async def test_two_approvals_pending_at_sigkill_are_answered_on_the_restarted_se
     server.kill()
 
     address = server.start()
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(address) as stub:
         state = await get_session(stub, sid)
         assert state.state == session_pb2.SESSION_STATE_SUSPENDED
         assert list(state.pending_call_ids) == ["toolu_a", "toolu_b"]
@@ -94,8 +90,7 @@ async def test_an_approved_call_cut_off_by_sigkill_is_reported_and_never_run_aga
         Reply(blocks=[ToolUseBlock(id="toolu_x", name="exec", input={"command": command})], stop_reason="tool_use")
     )
     address = server.start()
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(address) as stub:
         session = await create_session(
             stub,
             identity=session_pb2.SessionIdentity(mode=session_pb2.SESSION_MODE_CODING),
@@ -121,8 +116,7 @@ async def test_an_approved_call_cut_off_by_sigkill_is_reported_and_never_run_aga
 
     fake_model_thread.enqueue(TextReply("after the crash"))
     address = server.start()
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(address) as stub:
         state = await get_session(stub, sid)
         next_turn = await stream_turn(stub, sid, "What happened?")
     assert state.state == session_pb2.SESSION_STATE_IDLE

@@ -13,15 +13,13 @@ import os
 import secrets
 from pathlib import Path
 
-import grpc
-
 from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2_grpc, session_pb2
+from general_agent.v1 import session_pb2
 from general_agent_server.store.sqlite import DB_FILE_NAME
 from tests.e2e.conftest import require_executable
 from tests.support.events import last_of
 from tests.support.hook_host import wait_until
-from tests.support.rpc import create_session, stream_turn
+from tests.support.rpc import connect, create_session, stream_turn
 from tests.support.subprocess_server import ServerProcess, ServerProcesses
 
 NOBODY = 65534
@@ -87,8 +85,7 @@ async def run_probes(server: ServerProcess, fake: FakeAnthropicThread, pid: int)
         Reply(blocks=[ToolUseBlock(id="toolu_bg", name="exec", input={"command": background, "background": True})]),
         TextReply("done"),
     )
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(server.address) as stub:
         mode = session_pb2.SessionIdentity(mode=session_pb2.SESSION_MODE_CODING)
         sid = (await create_session(stub, identity=mode)).identity.session_id
         events = await stream_turn(stub, sid, "try to read the server")

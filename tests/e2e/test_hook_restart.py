@@ -11,7 +11,6 @@ import pytest
 
 from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
 from general_agent.v1 import (
-    agent_service_pb2_grpc,
     hook_pb2,
     hook_registration_pb2,
     hook_service_pb2,
@@ -20,7 +19,7 @@ from general_agent.v1 import (
 )
 from general_agent.v1 import session_messages_pb2 as session_api
 from tests.support.events import last_of
-from tests.support.rpc import stream_turn
+from tests.support.rpc import connect, stream_turn
 from tests.support.subprocess_server import ServerProcesses
 
 _HookServiceBase: Any = hook_service_pb2_grpc.HookServiceServicer
@@ -66,8 +65,7 @@ async def test_registrations_survive_a_sigkill(
     servicer, address = host
     server_process = server_processes.make(extra={"GENERAL_AGENT_SSRF_ALLOW_HOSTS": "127.0.0.1"})
     before = server_process.start()
-    async with grpc.aio.insecure_channel(before) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(before) as stub:
         await stub.RegisterHooks(
             hook_registration_pb2.RegisterHooksRequest(registration=registration("tenant-wide", address))
         )
@@ -81,8 +79,7 @@ async def test_registrations_survive_a_sigkill(
 
     after = server_process.start()
     fake_model_thread.enqueue(read_call("toolu_1"), TextReply("blocked"))
-    async with grpc.aio.insecure_channel(after) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(after) as stub:
         listed = await stub.ListHookRegistrations(hook_registration_pb2.ListHookRegistrationsRequest())
         assert [r.plugin_id for r in listed.registrations] == ["tenant-wide"]
         scoped = await stub.ListHookRegistrations(hook_registration_pb2.ListHookRegistrationsRequest(session_id=sid))

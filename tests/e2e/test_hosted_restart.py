@@ -7,15 +7,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import grpc
 import pytest
 
 from general_agent.testing import FakeAnthropicThread, Reply, TextBlock, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2_grpc, event_pb2, hosted_tool_pb2, session_pb2
+from general_agent.v1 import event_pb2, hosted_tool_pb2, session_pb2
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from tests.support.events import RESULT_THEN_TEXT, kinds, last_of, sequences, text_of
-from tests.support.rpc import create_session, events_after, stream_turn
+from tests.support.rpc import connect, create_session, events_after, stream_turn
 from tests.support.subprocess_server import ServerProcess, ServerProcesses
 
 LOOKUP_SCHEMA = '{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}'
@@ -40,8 +39,7 @@ async def test_hosted_results_submitted_after_sigkill_continue_the_run(
         TextReply("All answers received."),
     )
     address = server.start()
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(address) as stub:
         session = await create_session(
             stub, hosted_tools=[hosted_tool_pb2.HostedToolDefinition(name="lookup", input_schema_json=LOOKUP_SCHEMA)]
         )
@@ -54,8 +52,7 @@ async def test_hosted_results_submitted_after_sigkill_continue_the_run(
     server.kill()
 
     address = server.start()
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(address) as stub:
         state = (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session
         assert state.state == session_pb2.SESSION_STATE_SUSPENDED
         assert list(state.pending_call_ids) == ids
@@ -91,8 +88,7 @@ async def test_watcher_reattaches_after_a_server_restart_without_gap_or_duplicat
     server: ServerProcess, fake_model_thread: FakeAnthropicThread
 ) -> None:
     address = server.start()
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(address) as stub:
         sid = (await create_session(stub)).identity.session_id
         seen = []
         watch = stub.WatchSession(turn_api.WatchSessionRequest(session_id=sid, after_sequence=0))
@@ -112,8 +108,7 @@ async def test_watcher_reattaches_after_a_server_restart_without_gap_or_duplicat
     server.kill()
 
     address = server.start()
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(address) as stub:
         fake_model_thread.enqueue(TextReply("second answer"))
         second = await stream_turn(stub, sid, "two")
         resumed = await events_after(stub, sid, cursor, second[-1].sequence)
@@ -133,8 +128,7 @@ async def test_graceful_shutdown_keeps_a_suspended_run_suspended(
         TextReply("finished after the restart"),
     )
     address = server.start()
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(address) as stub:
         session = await create_session(
             stub, hosted_tools=[hosted_tool_pb2.HostedToolDefinition(name="lookup", input_schema_json=LOOKUP_SCHEMA)]
         )
@@ -143,8 +137,7 @@ async def test_graceful_shutdown_keeps_a_suspended_run_suspended(
         assert last_of(first, "run_finished").outcome == event_pb2.RUN_OUTCOME_SUSPENDED
     assert server.terminate(timeout=15) == 0
     address = server.start()
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(address) as stub:
         assert (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session.state == (
             session_pb2.SESSION_STATE_SUSPENDED
         )

@@ -3,13 +3,11 @@ next process continues the conversation with the stored history."""
 
 from __future__ import annotations
 
-import grpc
-
 from general_agent.testing import FakeAnthropicThread, TextReply
-from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_pb2
+from general_agent.v1 import event_pb2, session_pb2
 from general_agent.v1 import session_messages_pb2 as session_api
 from tests.support.events import last_of, text_of
-from tests.support.rpc import create_session, events_after, stream_turn
+from tests.support.rpc import connect, create_session, events_after, stream_turn
 from tests.support.runs import start_hanging_run
 from tests.support.subprocess_server import ServerProcesses
 
@@ -20,8 +18,7 @@ async def test_history_survives_sigkill_and_resume(
     server = server_processes.make()
     address = server.start()
     fake_model_thread.enqueue(TextReply("The code word is BLUE."))
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(address) as stub:
         session = await create_session(stub, system_prompt="remember things")
         sid = session.identity.session_id
         first = await stream_turn(stub, sid, "Remember the code word.")
@@ -30,8 +27,7 @@ async def test_history_survives_sigkill_and_resume(
 
     address = server.start()
     fake_model_thread.enqueue(TextReply("It was BLUE."))
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(address) as stub:
         resumed = (await stub.ResumeSession(session_api.ResumeSessionRequest(session_id=sid))).session
         assert resumed.history_message_count == 2
         assert resumed.state == session_pb2.SESSION_STATE_IDLE
@@ -55,8 +51,7 @@ async def test_a_run_killed_mid_stream_is_marked_interrupted(
 ) -> None:
     server = server_processes.make()
     address = server.start()
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(address) as stub:
         sid = (await create_session(stub)).identity.session_id
         run = await start_hanging_run(stub, fake_model_thread, sid, "start")
         server.kill()
@@ -64,8 +59,7 @@ async def test_a_run_killed_mid_stream_is_marked_interrupted(
     run.reply.release()
 
     address = server.start()
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(address) as stub:
         session = (await stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session
         assert session.state == session_pb2.SESSION_STATE_IDLE
         log = await events_after(stub, sid, 0, session.last_sequence)
@@ -84,8 +78,7 @@ async def test_a_run_killed_mid_stream_is_marked_interrupted(
 async def test_sigterm_shuts_down_gracefully(server_processes: ServerProcesses) -> None:
     server = server_processes.make()
     address = server.start()
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(address) as stub:
         sid = (await create_session(stub)).identity.session_id
         await stream_turn(stub, sid, "hello")
     assert server.terminate() == 0

@@ -8,13 +8,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import grpc
-
 from general_agent.testing import FakeAnthropicThread, Reply, TextBlock, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2_grpc, hook_registration_pb2
+from general_agent.v1 import hook_registration_pb2
 from general_agent.v1 import turn_pb2 as turn_api
 from tests.support.hook_host import HookHost, registration
-from tests.support.rpc import create_session, text_input
+from tests.support.rpc import connect, create_session, text_input
 from tests.support.subprocess_server import ServerProcess, ServerProcesses
 
 API_KEY = "sk-ant-log-test-key-0123456789"
@@ -55,8 +53,7 @@ async def drive_two_turns(
     )
     run_ids = []
     try:
-        async with grpc.aio.insecure_channel(server.address) as channel:
-            stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+        async with connect(server.address) as stub:
             await stub.RegisterHooks(
                 hook_registration_pb2.RegisterHooksRequest(
                     registration=registration("logs", host.address, ["before_tool_call"])

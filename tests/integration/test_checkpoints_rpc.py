@@ -11,11 +11,11 @@ from typing import Any
 import grpc
 
 from general_agent.testing import FakeAnthropic, HangReply, Reply, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2_grpc, checkpoint_pb2, session_pb2
+from general_agent.v1 import checkpoint_pb2, session_pb2
 from general_agent.v1 import turn_pb2 as turn_api
 from tests.conftest import ServerFactory
 from tests.support.events import last_of
-from tests.support.rpc import Stub, create_session, read_until, rpc_error, stream_turn, text_input
+from tests.support.rpc import Stub, connect, create_session, read_until, rpc_error, stream_turn, text_input
 
 PATCH = """*** Begin Patch
 *** Update File: notes.txt
@@ -57,8 +57,7 @@ async def test_write_edit_patch_then_restore_the_oldest_across_a_restart(
     env = {"GENERAL_AGENT_WORKSPACE_DIR": str(tmp_path / "ws")}
     state = tmp_path / "state"
     first = await server_factory(env, state_dir=state)
-    async with grpc.aio.insecure_channel(first.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(first.address) as stub:
         sid = await coding_session(stub)
         workspace = tmp_path / "ws" / "default" / sid
         workspace.mkdir(parents=True)
@@ -85,8 +84,7 @@ async def test_write_edit_patch_then_restore_the_oldest_across_a_restart(
     await first.stop(grace=1.0)
 
     second = await server_factory(env, state_dir=state)
-    async with grpc.aio.insecure_channel(second.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(second.address) as stub:
         oldest = (await checkpoints(stub, sid))[-1]
         restored = await stub.RestoreCheckpoint(
             checkpoint_pb2.RestoreCheckpointRequest(
@@ -116,8 +114,7 @@ async def test_a_failed_mutation_records_nothing(
     server_factory: ServerFactory, fake_model: FakeAnthropic, tmp_path: Path
 ) -> None:
     server = await server_factory({"GENERAL_AGENT_WORKSPACE_DIR": str(tmp_path / "ws")})
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(server.address) as stub:
         sid = await coding_session(stub)
         workspace = tmp_path / "ws" / "default" / sid
         workspace.mkdir(parents=True)
@@ -137,8 +134,7 @@ async def test_bounds_drop_the_oldest_and_errors(
     server = await server_factory(
         {"GENERAL_AGENT_WORKSPACE_DIR": str(tmp_path / "ws"), "GENERAL_AGENT_CHECKPOINT_MAX_COUNT": "2"}
     )
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(server.address) as stub:
         sid = await coding_session(stub)
         for index in range(3):
             await tool_turn(stub, fake_model, sid, call(f"t{index}", "write", path="f.txt", content=f"v{index}"))

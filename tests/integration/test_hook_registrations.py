@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from google.protobuf import struct_pb2
 
 from general_agent.testing import FakeAnthropic, TextReply
-from general_agent.v1 import agent_service_pb2_grpc, hook_pb2, hook_registration_pb2
+from general_agent.v1 import hook_pb2, hook_registration_pb2
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent_server.domain.context import CallContext, CallerRole
 from general_agent_server.domain.errors import ErrorCode, ServiceError
@@ -26,7 +25,7 @@ from general_agent_server.hooks.registrations import HookBindingSpec, HookRegist
 from tests.conftest import ServerFactory
 from tests.support.hook_agent import Agent, as_dict, open_agent
 from tests.support.hook_host import HookHost, ServicerContext, registration, returning
-from tests.support.rpc import create_session, stream_turn
+from tests.support.rpc import connect, create_session, stream_turn
 
 
 @pytest.fixture
@@ -99,8 +98,7 @@ async def test_the_operator_registers_loopback_hook_targets_without_the_allow_li
     host = HookHost()
     await host.start()
     try:
-        async with grpc.aio.insecure_channel(server.address) as channel:
-            stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+        async with connect(server.address) as stub:
             tenant_wide = registration("tenant-wide", host.address, ("before_prompt_build",))
             await stub.RegisterHooks(hook_registration_pb2.RegisterHooksRequest(registration=tenant_wide))
             per_session = registration("per-session", host.address, ("before_model_resolve",))

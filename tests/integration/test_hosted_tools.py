@@ -14,13 +14,14 @@ import pytest
 from google.protobuf import duration_pb2, struct_pb2
 
 from general_agent.testing import FakeAnthropic, Reply, TextBlock, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2_grpc, event_pb2, hosted_tool_pb2, session_pb2
+from general_agent.v1 import event_pb2, hosted_tool_pb2, session_pb2
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, sequences, text_of
 from tests.support.rpc import (
     Stub,
+    connect,
     create_session,
     get_session,
     rpc_error,
@@ -169,8 +170,7 @@ async def test_parallel_hosted_calls_with_a_local_read(
 ) -> None:
     root = tmp_path / "ws"
     server = await server_factory({"GENERAL_AGENT_WORKSPACE_DIR": str(root)})
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(server.address) as stub:
         sid = await hosted_session(stub)
         workspace = root / "default" / sid
         workspace.mkdir(parents=True)
@@ -358,8 +358,7 @@ async def test_suspended_run_needs_a_key_after_a_restart(
     env = {"ANTHROPIC_API_KEY": ""}
     state = tmp_path / "state"
     first_server = await server_factory(env, state_dir=state)
-    async with grpc.aio.insecure_channel(first_server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(first_server.address) as stub:
         session = await create_session(stub, hosted_tools=[lookup()], api_key="sk-ant-memory-only-1111")
         sid = session.identity.session_id
         suspended = await suspend_on_one_call(stub, fake_model, sid)
@@ -368,8 +367,7 @@ async def test_suspended_run_needs_a_key_after_a_restart(
     await first_server.stop(grace=1)
 
     second_server = await server_factory(env, state_dir=state)
-    async with grpc.aio.insecure_channel(second_server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(second_server.address) as stub:
         before = await get_session(stub, sid)
         assert before.state == session_pb2.SESSION_STATE_SUSPENDED
         error = await rpc_error(
@@ -430,8 +428,7 @@ async def test_submit_before_the_suspension_commit_waits_for_it(
     it. The host learns the call id from tool_call while a local command (waiting for a file) still blocks
     the round."""
     server = await server_factory({"GENERAL_AGENT_WORKSPACE_DIR": str(server_root)})
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(server.address) as stub:
         sid = await hosted_session(stub)
         workspace = server_root / "default" / sid
         workspace.mkdir(parents=True)

@@ -12,7 +12,6 @@ import pytest
 from google.protobuf import duration_pb2, json_format, struct_pb2
 
 from general_agent.v1 import (
-    agent_service_pb2_grpc,
     hook_pb2,
     hook_registration_pb2,
     hook_service_pb2,
@@ -23,7 +22,7 @@ from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
 from tests.conftest import ServerFactory
-from tests.support.rpc import Stub, create_session, rpc_error
+from tests.support.rpc import Stub, connect, create_session, rpc_error
 
 # The generated base class answers UNIMPLEMENTED for every hook not overridden; its stub declares them all
 # abstract, so mypy is told it is Any.
@@ -195,15 +194,13 @@ async def test_registrations_survive_a_restart(
     hook_server, address = await serve(host)
     hosts.append(hook_server)
     first = await server_factory(ALLOW_LOOPBACK, state_dir=state)
-    async with grpc.aio.insecure_channel(first.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(first.address) as stub:
         await stub.RegisterHooks(
             hook_registration_pb2.RegisterHooksRequest(registration=registration("keep", address, "message_sending"))
         )
     await first.stop(grace=1.0)
     second = await server_factory(ALLOW_LOOPBACK, state_dir=state)
-    async with grpc.aio.insecure_channel(second.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(second.address) as stub:
         response = await emit(stub, "message_sending", {"to": "x", "content": "y"})
         assert json_format.MessageToDict(response.result) == {"content": "persisted"}
         listed = await stub.ListHookRegistrations(hook_registration_pb2.ListHookRegistrationsRequest())

@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from general_agent.testing import FakeAnthropic, Reply, TextBlock, TextReply, ToolUseBlock
-from general_agent.v1 import agent_service_pb2_grpc, event_pb2, hosted_tool_pb2, session_pb2
+from general_agent.v1 import event_pb2, hosted_tool_pb2, session_pb2
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
@@ -23,6 +23,7 @@ from tests.conftest import ServerFactory
 from tests.support.events import RESULT_THEN_INJECTED, TEXT_RUN, TEXT_THEN_INJECTED, kinds, last_of, sequences, text_of
 from tests.support.rpc import (
     Stub,
+    connect,
     create_session,
     events_after,
     get_session,
@@ -350,8 +351,7 @@ async def test_enqueue_caller_disconnect_leaves_the_queue(
 
 async def test_enqueue_queue_limit(server_factory: ServerFactory, fake_model: FakeAnthropic) -> None:
     server = await server_factory({"GENERAL_AGENT_MAX_QUEUED_TURNS": "1"})
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(server.address) as stub:
         sid = (await create_session(stub)).identity.session_id
         reply = hang()
         fake_model.enqueue(reply, TextReply("second answer"))

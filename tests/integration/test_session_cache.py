@@ -8,15 +8,12 @@ import gc
 import time
 import weakref
 
-import grpc
-
 from general_agent.testing import FakeAnthropic, HangReply, TextReply
-from general_agent.v1 import agent_service_pb2_grpc
 from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
 from general_agent_server.domain.session import DEFAULT_TENANT
 from tests.conftest import ServerFactory
-from tests.support.rpc import create_session, stream_turn, text_input
+from tests.support.rpc import connect, create_session, stream_turn, text_input
 
 MIB = 1024 * 1024
 PROMPT = "p" * MIB
@@ -31,8 +28,7 @@ def loaded(server: RunningServer, session_id: str) -> bool:
 async def test_idle_sessions_leave_lru_when_their_bytes_exceed_the_budget(server_factory: ServerFactory) -> None:
     server = await server_factory({"GENERAL_AGENT_MAX_IDLE_SESSION_BYTES": str(int(3.5 * MIB)), **LARGE_PROMPTS})
     registry = server.agent.cache
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(server.address) as stub:
         held = (await create_session(stub, system_prompt=PROMPT)).identity.session_id
         async with registry.use(DEFAULT_TENANT, held):
             ids = [(await create_session(stub, system_prompt=PROMPT)).identity.session_id for _ in range(6)]
@@ -53,8 +49,7 @@ async def test_idle_sessions_leave_lru_when_their_bytes_exceed_the_budget(server
 
 async def test_a_running_session_is_never_evicted(server_factory: ServerFactory, fake_model: FakeAnthropic) -> None:
     server = await server_factory({"GENERAL_AGENT_MAX_IDLE_SESSION_BYTES": str(MIB // 2), **LARGE_PROMPTS})
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(server.address) as stub:
         session_id = (await create_session(stub, system_prompt=PROMPT)).identity.session_id
         assert not loaded(server, session_id)  # idle and over the budget on its own
         hang = HangReply(after_events=4, reply=TextReply("partial rest", chunks=["partial ", "rest"]))
@@ -75,8 +70,7 @@ async def test_a_running_session_is_never_evicted(server_factory: ServerFactory,
 
 async def test_the_count_bound_still_applies(server_factory: ServerFactory) -> None:
     server = await server_factory({"GENERAL_AGENT_MAX_IDLE_SESSIONS": "2"})
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(server.address) as stub:
         ids = [(await create_session(stub)).identity.session_id for _ in range(4)]
     assert [loaded(server, sid) for sid in ids] == [False, False, True, True]
 
@@ -85,8 +79,7 @@ async def test_an_evicted_session_is_freed_without_the_cycle_collector(server_fa
     """Nothing of an evicted session stays reachable through a reference cycle: its memory goes back at
     once, not whenever the cyclic garbage collector next runs."""
     server = await server_factory({"GENERAL_AGENT_MAX_IDLE_SESSIONS": "1", **LARGE_PROMPTS})
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(server.address) as stub:
         first = (await create_session(stub, system_prompt=PROMPT)).identity.session_id
         assert (await stream_turn(stub, first, "hello"))[-1].WhichOneof("event") == "run_finished"
         actor = server.agent.cache.peek(DEFAULT_TENANT, first)

@@ -52,8 +52,7 @@ async def test_a_failed_results_commit_fails_the_run_and_the_next_turn_works(
         await real_write(batch, durable=durable)
 
     monkeypatch.setattr(store, "write", write)
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(server.address) as stub:
         sid = (await create_session(stub)).identity.session_id
         (root / "default" / sid).mkdir(parents=True)
         (root / "default" / sid / "a.txt").write_text("alpha\n")

@@ -19,7 +19,7 @@ from general_agent.testing import (
     ToolUseBlock,
     Usage,
 )
-from general_agent.v1 import agent_service_pb2_grpc, content_pb2, event_pb2, session_pb2
+from general_agent.v1 import content_pb2, event_pb2, session_pb2
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
@@ -27,6 +27,7 @@ from tests.conftest import TEST_API_KEY, ServerFactory
 from tests.support.events import ONE_TOOL_ERROR_THEN_TEXT, kinds, last_of, sequences, text_of
 from tests.support.rpc import (
     Stub,
+    connect,
     create_session,
     decode_error,
     decode_status,
@@ -210,8 +211,7 @@ async def test_no_api_key_fails_before_anything_is_written(
     server_factory: ServerFactory, fake_model: FakeAnthropic
 ) -> None:
     server = await server_factory({"ANTHROPIC_API_KEY": ""})
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(server.address) as stub:
         sid = (await create_session(stub)).identity.session_id
         error = await rpc_error(stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("hi"))))
         assert (error.code, error.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "NO_API_KEY")
@@ -447,8 +447,7 @@ async def test_thinking_block_reply_with_tool_and_text(stub: Stub, fake_model: F
 
 async def test_event_retention_expires_old_cursors(server_factory: ServerFactory, fake_model: FakeAnthropic) -> None:
     server = await server_factory({"GENERAL_AGENT_EVENT_RETENTION_COUNT": "3"})
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(server.address) as stub:
         sid = (await create_session(stub)).identity.session_id
         events = await stream_turn(stub, sid, "hello")
         oldest = 0
@@ -467,8 +466,7 @@ async def test_event_retention_expires_old_cursors(server_factory: ServerFactory
 
 async def test_raw_event_log_jsonl(server_factory: ServerFactory, fake_model: FakeAnthropic, tmp_path: Path) -> None:
     server = await server_factory({"GENERAL_AGENT_EVENT_LOG": "true"})
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(server.address) as stub:
         sid = (await create_session(stub)).identity.session_id
         fake_model.enqueue(TextReply("logged", chunks=["log", "ged"]))
         events = await stream_turn(stub, sid, "hello")
@@ -495,8 +493,7 @@ async def test_a_profile_of_another_tenant_says_so_rather_than_asking_for_a_key(
     config = tmp_path / "profiles.toml"
     config.write_text('[auth_profiles.team]\napi_key_env = "TEAM_KEY"\nallowed_tenants = ["acme"]\n')
     server = await server_factory({"GENERAL_AGENT_CONFIG": str(config), "TEAM_KEY": "sk-ant-team-key-0000000"})
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        stub = agent_service_pb2_grpc.AgentServiceStub(channel)
+    async with connect(server.address) as stub:
         sid = (await create_session(stub, auth_profile_id="team")).identity.session_id
         error = await rpc_error(stub.StreamTurn(turn_api.StreamTurnRequest(session_id=sid, input=text_input("hi"))))
         assert (error.code, error.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "NO_API_KEY")
