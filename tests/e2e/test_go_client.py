@@ -5,15 +5,21 @@ NOT_FOUND's reason."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
+from general_agent.testing import FakeAnthropicThread
 from tests.e2e.conftest import GO_CLIENT_DIR, INSTALL_HINT, describe_run, require_executable
+from tests.e2e.hosted_examples import (
+    PROMPT,
+    check_answered_once,
+    check_hosted_example,
+    script_cut_run,
+    script_lookup_and_write,
+)
 from tests.support.subprocess_server import ServerProcess
 
 GO_TIMEOUT = 300.0
@@ -47,8 +53,7 @@ def test_go_run_reattaches_after_the_connection_is_cut(
 ) -> None:
     """clients/go/agent/reattach_live_test.go: the hosted handler cuts the connection (a TCP proxy) before it
     answers; Run reattaches, resends the answer, and yields every event of the session once, in order."""
-    lookup = ToolUseBlock(id="toolu_l", name="lookup", input={"q": "Go"})
-    fake_model_thread.enqueue(Reply(blocks=[lookup], stop_reason="tool_use"), TextReply("done"))
+    script_cut_run(fake_model_thread, "Go")
 
     result = go(
         "test",
@@ -63,44 +68,20 @@ def test_go_run_reattaches_after_the_connection_is_cut(
     )
 
     assert "--- PASS: TestLiveRunReattachesAfterTheConnectionIsCut" in result.stdout, describe_run(result)
-    requests = fake_model_thread.wait_for_requests(2, timeout=5.0)
-    [answer] = requests[1].messages[-1]["content"]  # one result for the one call: the resent answer applied once
-    assert answer["tool_use_id"] == "toolu_l"
-    assert not answer.get("is_error"), answer
+    check_answered_once(fake_model_thread)
 
 
 def test_go_example_answers_an_approval_and_a_hosted_call(
     go_hosted_example: Path, server_process: ServerProcess, fake_model_thread: FakeAnthropicThread
 ) -> None:
-    lookup = ToolUseBlock(id="toolu_l", name="lookup", input={"q": "Go"})
-    write = ToolUseBlock(id="toolu_w", name="write", input={"path": "notes.txt", "content": "Go notes"})
-    fake_model_thread.enqueue(Reply(blocks=[lookup, write], stop_reason="tool_use"), TextReply("all done"))
+    script_lookup_and_write(fake_model_thread, "Go")
 
     result = subprocess.run(
-        [str(go_hosted_example), "-addr", server_process.address, "-prompt", "look up and write"],
+        [str(go_hosted_example), "-addr", server_process.address, "-prompt", PROMPT],
         capture_output=True,
         text=True,
         timeout=90,
         check=False,
     )
 
-    details = describe_run(result, server_process)
-    assert result.returncode == 0, details
-    lines = result.stdout.splitlines()
-    assert lines[0].startswith("session "), details
-    session_id = lines[0].removeprefix("session ")
-    assert sorted(lines[1:3]) == sorted(
-        ["hosted: lookup Go", 'approval: Approve write? {"path":"notes.txt","content":"Go notes"}']
-    ), details
-    assert sorted(lines[3:5]) == ["tool_result: lookup", "tool_result: write"], details
-    assert lines[5:] == ["text: all done", "outcome: RUN_OUTCOME_COMPLETED", "error: NotFound SESSION_NOT_FOUND"], (
-        details
-    )
-    [written] = list(server_process.state_dir.rglob(f"{session_id}/notes.txt"))
-    assert written.read_text() == "Go notes"
-    requests = fake_model_thread.wait_for_requests(2, timeout=5.0)
-    results = {block["tool_use_id"]: block for block in requests[1].messages[-1]["content"]}
-    assert not any(block.get("is_error") for block in results.values()), results
-    output = results["toolu_l"]["content"]
-    text = output if isinstance(output, str) else output[0]["text"]
-    assert json.loads(text) == {"word": "Go", "meaning": "a programming language"}
+    check_hosted_example(result, server_process, fake_model_thread, "Go")

@@ -8,8 +8,15 @@ from __future__ import annotations
 import json
 import subprocess
 
-from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
+from general_agent.testing import FakeAnthropicThread
 from tests.e2e.conftest import TS_CLIENT_DIR, TSX, describe_run, require_executable, require_file
+from tests.e2e.hosted_examples import (
+    PROMPT,
+    check_answered_once,
+    check_hosted_example,
+    script_cut_run,
+    script_lookup_and_write,
+)
 from tests.support.subprocess_server import ServerProcess
 
 TSC = TS_CLIENT_DIR / "node_modules" / ".bin" / "tsc"
@@ -36,8 +43,7 @@ def test_ts_run_reattaches_after_the_connection_is_cut(
     """clients/ts/test/reattach.live.ts: the hosted handler cuts the connection (a TCP proxy) before it answers;
     run() reattaches, resends the answer, and yields every event of the session once, in order."""
     tsx = require_file(TSX, "tsx (clients/ts/node_modules/.bin/tsx)")
-    lookup = ToolUseBlock(id="toolu_l", name="lookup", input={"q": "TypeScript"})
-    fake_model_thread.enqueue(Reply(blocks=[lookup], stop_reason="tool_use"), TextReply("done"))
+    script_cut_run(fake_model_thread, "TypeScript")
 
     result = subprocess.run(
         [str(tsx), "test/reattach.live.ts", server_process.address],
@@ -50,10 +56,7 @@ def test_ts_run_reattaches_after_the_connection_is_cut(
 
     assert result.returncode == 0, describe_run(result, server_process)
     assert result.stdout == "ok\n", describe_run(result, server_process)
-    requests = fake_model_thread.wait_for_requests(2, timeout=5.0)
-    [answer] = requests[1].messages[-1]["content"]  # one result for the one call: the resent answer applied once
-    assert answer["tool_use_id"] == "toolu_l"
-    assert not answer.get("is_error"), answer
+    check_answered_once(fake_model_thread)
 
 
 def test_ts_example_answers_an_approval_and_a_hosted_call(
@@ -61,12 +64,10 @@ def test_ts_example_answers_an_approval_and_a_hosted_call(
 ) -> None:
     require_executable("node")
     tsx = require_file(TSX, "tsx (clients/ts/node_modules/.bin/tsx)")
-    lookup = ToolUseBlock(id="toolu_l", name="lookup", input={"q": "TypeScript"})
-    write = ToolUseBlock(id="toolu_w", name="write", input={"path": "notes.txt", "content": "TS notes"})
-    fake_model_thread.enqueue(Reply(blocks=[lookup, write], stop_reason="tool_use"), TextReply("all done"))
+    script_lookup_and_write(fake_model_thread, "TypeScript")
 
     result = subprocess.run(
-        [str(tsx), "examples/hosted.ts", "--addr", server_process.address, "--prompt", "look up and write"],
+        [str(tsx), "examples/hosted.ts", "--addr", server_process.address, "--prompt", PROMPT],
         cwd=TS_CLIENT_DIR,
         capture_output=True,
         text=True,
@@ -74,22 +75,4 @@ def test_ts_example_answers_an_approval_and_a_hosted_call(
         check=False,
     )
 
-    details = describe_run(result, server_process)
-    assert result.returncode == 0, details
-    lines = result.stdout.splitlines()
-    assert lines[0].startswith("session "), details
-    session_id = lines[0].removeprefix("session ")
-    assert sorted(lines[1:3]) == sorted(
-        ["hosted: lookup TypeScript", 'approval: Approve write? {"path":"notes.txt","content":"TS notes"}']
-    ), details
-    assert sorted(lines[3:5]) == ["tool_result: lookup", "tool_result: write"], details
-    expected_end = ["text: all done", "outcome: RUN_OUTCOME_COMPLETED", "error: NotFound SESSION_NOT_FOUND"]
-    assert lines[5:] == expected_end, details
-    [written] = list(server_process.state_dir.rglob(f"{session_id}/notes.txt"))
-    assert written.read_text() == "TS notes"
-    requests = fake_model_thread.wait_for_requests(2, timeout=5.0)
-    results = {block["tool_use_id"]: block for block in requests[1].messages[-1]["content"]}
-    assert not any(block.get("is_error") for block in results.values()), results
-    output = results["toolu_l"]["content"]
-    text = output if isinstance(output, str) else output[0]["text"]
-    assert json.loads(text) == {"word": "TypeScript", "meaning": "a programming language"}
+    check_hosted_example(result, server_process, fake_model_thread, "TypeScript")
