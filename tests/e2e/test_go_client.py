@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from general_agent.testing import FakeAnthropicThread
+from general_agent.testing import FakeAnthropicThread, TextReply
 from tests.e2e.conftest import GO_CLIENT_DIR, INSTALL_HINT, describe_run, require_executable
 from tests.e2e.hosted_examples import (
     PROMPT,
@@ -52,8 +52,12 @@ def test_go_run_reattaches_after_the_connection_is_cut(
     server_process: ServerProcess, fake_model_thread: FakeAnthropicThread
 ) -> None:
     """clients/go/agent/reattach_live_test.go: the hosted handler cuts the connection (a TCP proxy) before it
-    answers; Run reattaches, resends the answer, and yields every event of the session once, in order."""
+    answers; Run reattaches, resends the answer, and yields every event of the session once, in order. Then a
+    turn whose connection is cut at its first delta: Turn follows the run up with WatchSession."""
     script_cut_run(fake_model_thread, "Go")
+    words = ["one", "two", "three", "four", "five", "six"]  # the turn's reply, streamed slowly: cut at its first delta
+    chunks = [f"{word} " for word in words[:-1]] + [words[-1]]
+    fake_model_thread.enqueue(TextReply("".join(chunks), chunks=chunks, delay_between_events=0.1))
 
     result = go(
         "test",
@@ -68,6 +72,7 @@ def test_go_run_reattaches_after_the_connection_is_cut(
     )
 
     assert "--- PASS: TestLiveRunReattachesAfterTheConnectionIsCut" in result.stdout, describe_run(result)
+    assert "--- PASS: TestLiveTurnFollowsUpAfterTheConnectionIsCut" in result.stdout, describe_run(result)
     check_answered_once(fake_model_thread)
 
 

@@ -146,3 +146,53 @@ func TestLiveRunReattachesAfterTheConnectionIsCut(t *testing.T) {
 		t.Fatalf("the session's last sequence is %d, the run yielded up to %d", got, sequences[len(sequences)-1])
 	}
 }
+
+// The fake model streams its reply slowly (tests/e2e/test_go_client.py
+// scripts it); the test cuts the connection at the first delta. Turn must
+// follow the run up with WatchSession after the last sequence it yielded.
+func TestLiveTurnFollowsUpAfterTheConnectionIsCut(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := startProxy(t, liveAddress(t))
+	client, err := Dial(p.listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	created, err := client.CreateSession(ctx, &agentv1.CreateSessionRequest{Session: &agentv1.Session{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	request := &agentv1.StreamTurnRequest{
+		SessionId: created.GetSession().GetIdentity().GetSessionId(),
+		Input:     []*agentv1.ContentPart{Text("count")},
+		Options:   &agentv1.TurnOptions{OnDisconnect: agentv1.OnDisconnect_ON_DISCONNECT_CONTINUE},
+	}
+
+	var sequences []int64
+	var last *agentv1.SessionEvent
+	text := ""
+	for ev, err := range client.TurnRequest(ctx, request) {
+		if err != nil {
+			t.Fatalf("after %v: %v", sequences, err)
+		}
+		if text == "" && DeltaText(ev) != "" {
+			p.cut()
+		}
+		sequences = append(sequences, ev.GetSequence())
+		text += DeltaText(ev)
+		last = ev
+	}
+
+	if p.connections() < 2 {
+		t.Fatalf("the client never reconnected (%d connection)", p.connections())
+	}
+	for i, sequence := range sequences {
+		if sequence != int64(i+1) {
+			t.Fatalf("sequences %v: want 1..%d without gap or repeat", sequences, len(sequences))
+		}
+	}
+	if !IsTerminal(last) || text != "one two three four five six" {
+		t.Fatalf("text %q, last event %v", text, last)
+	}
+}
