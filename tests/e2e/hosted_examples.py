@@ -53,6 +53,14 @@ def script_cut_run(fake: FakeAnthropicThread, word: str) -> None:
     fake.enqueue(Reply(blocks=[lookup], stop_reason="tool_use"), TextReply("done"))
 
 
+def script_slow_reply(fake: FakeAnthropicThread) -> None:
+    """A turn's reply streamed slowly (0.1 s between events), so a test can cut the connection at its first
+    delta while the rest is still to come."""
+    words = ["one", "two", "three", "four", "five", "six"]
+    chunks = [f"{word} " for word in words[:-1]] + [words[-1]]
+    fake.enqueue(TextReply("".join(chunks), chunks=chunks, delay_between_events=0.1))
+
+
 def check_answered_once(fake: FakeAnthropicThread) -> None:
     """The model got one result for its one call: the answer resent after the reattach was applied once."""
     requests = fake.wait_for_requests(2, timeout=5.0)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from general_agent.testing import FakeAnthropicThread, TextReply
+from general_agent.testing import FakeAnthropicThread
 from tests.e2e.conftest import GO_CLIENT_DIR, INSTALL_HINT, describe_run, require_executable
 from tests.e2e.hosted_examples import (
     PROMPT,
@@ -19,6 +19,7 @@ from tests.e2e.hosted_examples import (
     check_hosted_example,
     script_cut_run,
     script_lookup_and_write,
+    script_slow_reply,
 )
 from tests.support.subprocess_server import ServerProcess
 
@@ -55,9 +56,7 @@ def test_go_run_reattaches_after_the_connection_is_cut(
     answers; Run reattaches, resends the answer, and yields every event of the session once, in order. Then a
     turn whose connection is cut at its first delta: Turn follows the run up with WatchSession."""
     script_cut_run(fake_model_thread, "Go")
-    words = ["one", "two", "three", "four", "five", "six"]  # the turn's reply, streamed slowly: cut at its first delta
-    chunks = [f"{word} " for word in words[:-1]] + [words[-1]]
-    fake_model_thread.enqueue(TextReply("".join(chunks), chunks=chunks, delay_between_events=0.1))
+    script_slow_reply(fake_model_thread)
 
     result = go(
         "test",

@@ -16,6 +16,7 @@ from tests.e2e.hosted_examples import (
     check_hosted_example,
     script_cut_run,
     script_lookup_and_write,
+    script_slow_reply,
 )
 from tests.support.subprocess_server import ServerProcess
 
@@ -44,6 +45,7 @@ def test_ts_run_reattaches_after_the_connection_is_cut(
     run() reattaches, resends the answer, and yields every event of the session once, in order."""
     tsx = require_file(TSX, "tsx (clients/ts/node_modules/.bin/tsx)")
     script_cut_run(fake_model_thread, "TypeScript")
+    script_slow_reply(fake_model_thread)
 
     result = subprocess.run(
         [str(tsx), "test/reattach.live.ts", server_process.address],
