@@ -11,9 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
+from general_agent.testing import FakeAnthropicThread
 from tests.e2e.conftest import GO_CLIENT_DIR, INSTALL_HINT, describe_run, require_executable
-from tests.e2e.hosted_example import check_hosted_example
+from tests.e2e.hosted_examples import (
+    PROMPT,
+    check_answered_once,
+    check_hosted_example,
+    script_cut_run,
+    script_lookup_and_write,
+    script_slow_reply,
+)
 from tests.support.subprocess_server import ServerProcess
 
 GO_TIMEOUT = 300.0
@@ -46,9 +53,10 @@ def test_go_run_reattaches_after_the_connection_is_cut(
     server_process: ServerProcess, fake_model_thread: FakeAnthropicThread
 ) -> None:
     """clients/go/agent/reattach_live_test.go: the hosted handler cuts the connection (a TCP proxy) before it
-    answers; Run reattaches, resends the answer, and yields every event of the session once, in order."""
-    lookup = ToolUseBlock(id="toolu_l", name="lookup", input={"q": "Go"})
-    fake_model_thread.enqueue(Reply(blocks=[lookup], stop_reason="tool_use"), TextReply("done"))
+    answers; Run reattaches, resends the answer, and yields every event of the session once, in order. Then a
+    turn whose connection is cut at its first delta: Turn follows the run up with WatchSession."""
+    script_cut_run(fake_model_thread, "Go")
+    script_slow_reply(fake_model_thread)
 
     result = go(
         "test",
@@ -63,19 +71,21 @@ def test_go_run_reattaches_after_the_connection_is_cut(
     )
 
     assert "--- PASS: TestLiveRunReattachesAfterTheConnectionIsCut" in result.stdout, describe_run(result)
-    requests = fake_model_thread.wait_for_requests(2, timeout=5.0)
-    [answer] = requests[1].messages[-1]["content"]  # one result for the one call: the resent answer applied once
-    assert answer["tool_use_id"] == "toolu_l"
-    assert not answer.get("is_error"), answer
+    assert "--- PASS: TestLiveTurnFollowsUpAfterTheConnectionIsCut" in result.stdout, describe_run(result)
+    check_answered_once(fake_model_thread)
 
 
 def test_go_example_answers_an_approval_and_a_hosted_call(
     go_hosted_example: Path, server_process: ServerProcess, fake_model_thread: FakeAnthropicThread
 ) -> None:
-    check_hosted_example(
-        [str(go_hosted_example), "-addr", server_process.address, "-prompt", "look up and write"],
-        server=server_process,
-        fake_model=fake_model_thread,
-        word="Go",
-        notes="Go notes",
+    script_lookup_and_write(fake_model_thread, "Go")
+
+    result = subprocess.run(
+        [str(go_hosted_example), "-addr", server_process.address, "-prompt", PROMPT],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
     )
+
+    check_hosted_example(result, server_process, fake_model_thread, "Go")

@@ -8,9 +8,16 @@ from __future__ import annotations
 import json
 import subprocess
 
-from general_agent.testing import FakeAnthropicThread, Reply, TextReply, ToolUseBlock
+from general_agent.testing import FakeAnthropicThread
 from tests.e2e.conftest import TS_CLIENT_DIR, TSX, describe_run, require_executable, require_file
-from tests.e2e.hosted_example import check_hosted_example
+from tests.e2e.hosted_examples import (
+    PROMPT,
+    check_answered_once,
+    check_hosted_example,
+    script_cut_run,
+    script_lookup_and_write,
+    script_slow_reply,
+)
 from tests.support.subprocess_server import ServerProcess
 
 TSC = TS_CLIENT_DIR / "node_modules" / ".bin" / "tsc"
@@ -37,8 +44,8 @@ def test_ts_run_reattaches_after_the_connection_is_cut(
     """clients/ts/test/reattach.live.ts: the hosted handler cuts the connection (a TCP proxy) before it answers;
     run() reattaches, resends the answer, and yields every event of the session once, in order."""
     tsx = require_file(TSX, "tsx (clients/ts/node_modules/.bin/tsx)")
-    lookup = ToolUseBlock(id="toolu_l", name="lookup", input={"q": "TypeScript"})
-    fake_model_thread.enqueue(Reply(blocks=[lookup], stop_reason="tool_use"), TextReply("done"))
+    script_cut_run(fake_model_thread, "TypeScript")
+    script_slow_reply(fake_model_thread)
 
     result = subprocess.run(
         [str(tsx), "test/reattach.live.ts", server_process.address],
@@ -51,10 +58,7 @@ def test_ts_run_reattaches_after_the_connection_is_cut(
 
     assert result.returncode == 0, describe_run(result, server_process)
     assert result.stdout == "ok\n", describe_run(result, server_process)
-    requests = fake_model_thread.wait_for_requests(2, timeout=5.0)
-    [answer] = requests[1].messages[-1]["content"]  # one result for the one call: the resent answer applied once
-    assert answer["tool_use_id"] == "toolu_l"
-    assert not answer.get("is_error"), answer
+    check_answered_once(fake_model_thread)
 
 
 def test_ts_example_answers_an_approval_and_a_hosted_call(
@@ -62,11 +66,15 @@ def test_ts_example_answers_an_approval_and_a_hosted_call(
 ) -> None:
     require_executable("node")
     tsx = require_file(TSX, "tsx (clients/ts/node_modules/.bin/tsx)")
-    check_hosted_example(
-        [str(tsx), "examples/hosted.ts", "--addr", server_process.address, "--prompt", "look up and write"],
+    script_lookup_and_write(fake_model_thread, "TypeScript")
+
+    result = subprocess.run(
+        [str(tsx), "examples/hosted.ts", "--addr", server_process.address, "--prompt", PROMPT],
         cwd=TS_CLIENT_DIR,
-        server=server_process,
-        fake_model=fake_model_thread,
-        word="TypeScript",
-        notes="TS notes",
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
     )
+
+    check_hosted_example(result, server_process, fake_model_thread, "TypeScript")

@@ -91,6 +91,7 @@ func (r *runner) attachment(ctx context.Context, yield func(*agentv1.SessionEven
 	if err != nil {
 		return false, FromError(err)
 	}
+	timer.Stop() // connected: from here the stream lasts as long as the run
 	r.open(stream)
 	defer r.detach()
 	for {
@@ -101,7 +102,6 @@ func (r *runner) attachment(ctx context.Context, yield func(*agentv1.SessionEven
 		if err != nil {
 			return false, FromError(err)
 		}
-		timer.Stop()
 		r.lastContact = time.Now()
 		if stop := r.onResponse(ctx, resp, yield); stop {
 			if r.finished {

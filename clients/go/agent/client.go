@@ -5,9 +5,12 @@ import (
 	"errors"
 	"io"
 	"iter"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/general-agent/general-agent/clients/go/gen/general_agent/v1"
 )
@@ -54,10 +57,14 @@ func Text(text string) *agentv1.ContentPart {
 }
 
 // Turn streams one turn (StreamTurn) of the session with the given user
-// message. The iterator yields every event up to and including the first
-// run_finished (terminal, or SUSPENDED when the run waits for hosted calls or
-// approvals), then stops. An RPC error is yielded once, with a nil event, as
-// an *Error. Breaking out of the loop cancels the call.
+// message. The iterator yields every event of the turn's run up to and
+// including its first run_finished (terminal, or SUSPENDED when the run
+// waits for hosted calls or approvals), then stops. Once the run has started,
+// a dropped stream is followed up with WatchSession after the last sequence
+// yielded, so no event is lost or repeated (the run goes on meanwhile only
+// with on_disconnect CONTINUE in the turn's options; else the watch shows
+// its cancellation). An RPC error is yielded once, with a nil event, as an
+// *Error. Breaking out of the loop cancels the call.
 func (c *Client) Turn(ctx context.Context, sessionID string, input ...*agentv1.ContentPart) iter.Seq2[*agentv1.SessionEvent, error] {
 	return c.TurnRequest(ctx, &agentv1.StreamTurnRequest{SessionId: sessionID, Input: input})
 }
@@ -67,26 +74,76 @@ func (c *Client) TurnRequest(ctx context.Context, req *agentv1.StreamTurnRequest
 	return func(yield func(*agentv1.SessionEvent, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		stream, err := c.StreamTurn(ctx, req)
-		if err != nil {
-			yield(nil, FromError(err))
-			return
-		}
+		var cursor int64
+		runID := ""
+		lastContact := time.Now()
+		next, err := c.turnEvents(ctx, req)
 		for {
-			resp, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				return
+			var ev *agentv1.SessionEvent
+			if err == nil {
+				ev, err = next()
 			}
 			if err != nil {
-				yield(nil, FromError(err))
-				return
+				if runID == "" || !transient(err) || time.Since(lastContact) > defaultReconnectTimeout {
+					yield(nil, FromError(err))
+					return
+				}
+				next, err = c.watchEvents(ctx, req.GetSessionId(), cursor, defaultReconnectTimeout-time.Since(lastContact))
+				continue
 			}
-			ev := resp.GetEvent()
+			lastContact = time.Now()
+			if ev.GetSequence() <= cursor || (runID != "" && ev.GetRunId() != runID) {
+				continue // replayed, or another run's (a watch carries the whole session)
+			}
+			cursor, runID = ev.GetSequence(), ev.GetRunId()
 			if !yield(ev, nil) || ev.GetRunFinished() != nil {
 				return
 			}
 		}
 	}
+}
+
+// turnEvents starts StreamTurn; next gives its events (an early end is UNAVAILABLE).
+func (c *Client) turnEvents(ctx context.Context, req *agentv1.StreamTurnRequest) (func() (*agentv1.SessionEvent, error), error) {
+	stream, err := c.StreamTurn(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return func() (*agentv1.SessionEvent, error) { return eventOf(stream.Recv()) }, nil
+}
+
+// watchEvents follows the session after cursor (WatchSession), waiting up to
+// wait for the connection to come back.
+func (c *Client) watchEvents(ctx context.Context, sessionID string, cursor int64, wait time.Duration) (func() (*agentv1.SessionEvent, error), error) {
+	ctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(wait, cancel)
+	stream, err := c.WatchSession(ctx, &agentv1.WatchSessionRequest{SessionId: sessionID, AfterSequence: &cursor}, grpc.WaitForReady(true))
+	if !timer.Stop() || err != nil {
+		cancel()
+		if err == nil {
+			err = status.Error(codes.Unavailable, "the server did not come back in time")
+		}
+		return nil, err
+	}
+	return func() (*agentv1.SessionEvent, error) {
+		ev, err := eventOf(stream.Recv())
+		if err != nil {
+			cancel()
+		}
+		return ev, err
+	}, nil
+}
+
+// eventOf is a received response's event; an end of stream before the
+// run_finished is UNAVAILABLE (a stopping server), so the caller follows up.
+func eventOf(resp interface{ GetEvent() *agentv1.SessionEvent }, err error) (*agentv1.SessionEvent, error) {
+	if errors.Is(err, io.EOF) {
+		return nil, status.Error(codes.Unavailable, "the stream ended before the run finished")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetEvent(), nil
 }
 
 // DeltaText is the text of an assistant_delta event ("" for any other event).

@@ -85,19 +85,41 @@ func liveAddress(t *testing.T) string {
 	return address
 }
 
-// The fake model calls the hosted `lookup`, then answers "done". The handler
-// cuts the connection before it returns, so its answer goes out on a dead
-// stream: Run must reattach after the last sequence it yielded, resend the
-// answer, and yield every later event once.
-func TestLiveRunReattachesAfterTheConnectionIsCut(t *testing.T) {
+// liveClient is a client of the live server through a new proxy; the
+// context bounds the test.
+func liveClient(t *testing.T) (context.Context, *proxy, *Client) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	p := startProxy(t, liveAddress(t))
 	client, err := Dial(p.listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
+	t.Cleanup(func() { client.Close() })
+	return ctx, p, client
+}
+
+// checkReattached: the client connected again, and the sequences are every
+// event of the session, once, in order.
+func checkReattached(t *testing.T, p *proxy, sequences []int64) {
+	t.Helper()
+	if p.connections() < 2 {
+		t.Fatalf("the client never reconnected (%d connection)", p.connections())
+	}
+	for i, sequence := range sequences {
+		if sequence != int64(i+1) {
+			t.Fatalf("sequences %v: want 1..%d without gap or repeat", sequences, len(sequences))
+		}
+	}
+}
+
+// The fake model calls the hosted `lookup`, then answers "done". The handler
+// cuts the connection before it returns, so its answer goes out on a dead
+// stream: Run must reattach after the last sequence it yielded, resend the
+// answer, and yield every later event once.
+func TestLiveRunReattachesAfterTheConnectionIsCut(t *testing.T) {
+	ctx, p, client := liveClient(t)
 	created, err := client.CreateSession(ctx, &agentv1.CreateSessionRequest{Session: &agentv1.Session{
 		HostedTools: []*agentv1.HostedToolDefinition{{Name: "lookup", InputSchemaJson: `{"type":"object"}`}},
 	}})
@@ -124,14 +146,7 @@ func TestLiveRunReattachesAfterTheConnectionIsCut(t *testing.T) {
 		last = ev
 	}
 
-	if p.connections() < 2 {
-		t.Fatalf("the client never reconnected (%d connection)", p.connections())
-	}
-	for i, sequence := range sequences { // every event of the session, once, in order
-		if sequence != int64(i+1) {
-			t.Fatalf("sequences %v: want 1..%d without gap or repeat", sequences, len(sequences))
-		}
-	}
+	checkReattached(t, p, sequences)
 	if !IsTerminal(last) || last.GetRunFinished().GetOutcome() != agentv1.RunOutcome_RUN_OUTCOME_COMPLETED {
 		t.Fatalf("last event %v, want run_finished COMPLETED", last)
 	}
@@ -144,5 +159,41 @@ func TestLiveRunReattachesAfterTheConnectionIsCut(t *testing.T) {
 	}
 	if got := session.GetSession().GetLastSequence(); got != sequences[len(sequences)-1] {
 		t.Fatalf("the session's last sequence is %d, the run yielded up to %d", got, sequences[len(sequences)-1])
+	}
+}
+
+// The fake model streams its reply slowly (tests/e2e/test_go_client.py
+// scripts it); the test cuts the connection at the first delta. Turn must
+// follow the run up with WatchSession after the last sequence it yielded.
+func TestLiveTurnFollowsUpAfterTheConnectionIsCut(t *testing.T) {
+	ctx, p, client := liveClient(t)
+	created, err := client.CreateSession(ctx, &agentv1.CreateSessionRequest{Session: &agentv1.Session{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	request := &agentv1.StreamTurnRequest{
+		SessionId: created.GetSession().GetIdentity().GetSessionId(),
+		Input:     []*agentv1.ContentPart{Text("count")},
+		Options:   &agentv1.TurnOptions{OnDisconnect: agentv1.OnDisconnect_ON_DISCONNECT_CONTINUE},
+	}
+
+	var sequences []int64
+	var last *agentv1.SessionEvent
+	text := ""
+	for ev, err := range client.TurnRequest(ctx, request) {
+		if err != nil {
+			t.Fatalf("after %v: %v", sequences, err)
+		}
+		if text == "" && DeltaText(ev) != "" {
+			p.cut()
+		}
+		sequences = append(sequences, ev.GetSequence())
+		text += DeltaText(ev)
+		last = ev
+	}
+
+	checkReattached(t, p, sequences)
+	if !IsTerminal(last) || text != "one two three four five six" {
+		t.Fatalf("text %q, last event %v", text, last)
 	}
 }

@@ -17,7 +17,7 @@ import {
   type SessionEvent,
 } from "./gen/general_agent/v1/event_pb.js";
 import type { RunSessionRequestSchema } from "./gen/general_agent/v1/run_session_pb.js";
-import { OnDisconnect } from "./gen/general_agent/v1/turn_pb.js";
+import { OnDisconnect, type TurnOptionsSchema } from "./gen/general_agent/v1/turn_pb.js";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "./gen/google/rpc/error_details_pb.js";
 import type { Status } from "./gen/google/rpc/status_pb.js";
 
@@ -38,17 +38,38 @@ export function isTerminal(event: SessionEvent): boolean {
   return event.event.case === "runFinished" && event.event.value.outcome !== RunOutcome.SUSPENDED;
 }
 
-/** One turn (StreamTurn): every event up to and including the first run_finished. */
+/**
+ * One turn (StreamTurn): every event of the turn's run up to and including its first run_finished. Once the run
+ * has started, a dropped stream is followed up with WatchSession after the last sequence yielded, so no event is
+ * lost or repeated (the run goes on meanwhile only with onDisconnect CONTINUE in the turn's options).
+ */
 export async function* turn(
   client: AgentClient,
   sessionId: string,
   input: ContentPart[],
-  options: { timeoutMs?: number; signal?: AbortSignal } = {},
+  options: { timeoutMs?: number; signal?: AbortSignal; turnOptions?: MessageInitShape<typeof TurnOptionsSchema> } = {},
 ): AsyncGenerator<SessionEvent> {
-  for await (const res of client.streamTurn({ sessionId, input }, options)) {
-    if (!res.event) continue;
-    yield res.event;
-    if (res.event.event.case === "runFinished") return;
+  const call = { timeoutMs: options.timeoutMs, signal: options.signal };
+  let responses: AsyncIterable<{ event?: SessionEvent }> = client.streamTurn({ sessionId, input, options: options.turnOptions }, call);
+  let cursor = 0n;
+  let runId = "";
+  let lastContact = Date.now();
+  for (;;) {
+    try {
+      for await (const { event } of responses) {
+        lastContact = Date.now();
+        if (!event || event.sequence <= cursor || (runId && event.runId !== runId)) continue; // replayed, or another run's
+        cursor = event.sequence;
+        runId = event.runId;
+        yield event;
+        if (event.event.case === "runFinished") return;
+      }
+      throw new ConnectError("the stream ended before the run finished", Code.Unavailable);
+    } catch (e) {
+      if (!runId || !transient(e, options.signal) || Date.now() - lastContact > 60_000) throw e;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      responses = client.watchSession({ sessionId, afterSequence: cursor }, call);
+    }
   }
 }
 

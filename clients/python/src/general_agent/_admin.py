@@ -9,7 +9,7 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
 
 from general_agent import _convert as conv
-from general_agent._transport import DEFAULT, Timeout, Transport, new_id
+from general_agent._transport import DEFAULT, Timeout, Transport, follow_pages, new_id
 from general_agent.v1 import (
     checkpoint_pb2,
     hook_pb2,
@@ -94,15 +94,11 @@ class AdminMixin(Transport):
         self, session_id: str, *, page_size: int = 0, timeout: Timeout = DEFAULT
     ) -> AsyncGenerator[checkpoint_pb2.Checkpoint, None]:
         """Every checkpoint of the session, newest first, following page tokens."""
-        token = ""
-        while True:
-            page, token = await self.list_checkpoints_page(
-                session_id, page_size=page_size, page_token=token, timeout=timeout
-            )
-            for checkpoint in page:
-                yield checkpoint
-            if not token:
-                return
+        pages = follow_pages(
+            lambda token: self.list_checkpoints_page(session_id, page_size=page_size, page_token=token, timeout=timeout)
+        )
+        async for checkpoint in pages:
+            yield checkpoint
 
     async def restore_checkpoint(
         self, session_id: str, checkpoint_id: str, *, request_id: str = "", timeout: Timeout = DEFAULT

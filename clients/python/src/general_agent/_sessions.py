@@ -10,7 +10,7 @@ from typing import TypedDict, Unpack
 
 from general_agent import _convert as conv
 from general_agent._convert import ModeName, ThinkingName
-from general_agent._transport import DEFAULT, Timeout, Transport, new_id
+from general_agent._transport import DEFAULT, Timeout, Transport, follow_pages, new_id
 from general_agent.v1 import approval_pb2, hosted_tool_pb2, session_messages_pb2, session_pb2, transcript_pb2
 
 
@@ -155,9 +155,8 @@ class SessionsMixin(Transport):
     ) -> AsyncGenerator[session_pb2.Session, None]:
         """Every session matching the filters, newest first, following page tokens (``timeout`` applies
         to each page). ``page_size`` 0 = the server default."""
-        token = ""
-        while True:
-            sessions, token = await self.list_sessions_page(
+        pages = follow_pages(
+            lambda token: self.list_sessions_page(
                 page_size=page_size,
                 page_token=token,
                 session_key_prefix=session_key_prefix,
@@ -167,10 +166,9 @@ class SessionsMixin(Transport):
                 include_children=include_children,
                 timeout=timeout,
             )
-            for session in sessions:
-                yield session
-            if not token:
-                return
+        )
+        async for session in pages:
+            yield session
 
     async def delete_session(self, session_id: str, *, request_id: str = "", timeout: Timeout = DEFAULT) -> bool:
         """Deletes the session and all it owns; False when it did not exist."""
@@ -275,13 +273,11 @@ class SessionsMixin(Transport):
         self, session_id: str, *, page_size: int = 0, timeout: Timeout = DEFAULT
     ) -> AsyncGenerator[transcript_pb2.TranscriptEntry, None]:
         """Every transcript entry of the session in write order, following page tokens."""
-        token = ""
-        while True:
-            entries, token = await self.history_page(session_id, page_size=page_size, page_token=token, timeout=timeout)
-            for entry in entries:
-                yield entry
-            if not token:
-                return
+        pages = follow_pages(
+            lambda token: self.history_page(session_id, page_size=page_size, page_token=token, timeout=timeout)
+        )
+        async for entry in pages:
+            yield entry
 
 
 def _apply(proto: session_pb2.Session, *, system_prompt: str, model_ref: str, max_tokens: int) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 import json
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar
 
 import grpc
@@ -88,6 +88,7 @@ def service_config() -> str:
 
 ReqT = TypeVar("ReqT")
 RespT = TypeVar("RespT")
+_Item = TypeVar("_Item")
 MetadataLike: TypeAlias = Mapping[str, str] | Sequence[tuple[str, str]]
 ChannelOption: TypeAlias = tuple[str, str | int]
 
@@ -139,6 +140,20 @@ def base_metadata(metadata: MetadataLike | None, token: str | None) -> tuple[tup
         pairs = [(k, v) for k, v in pairs if k != "authorization"]
         pairs.append(("authorization", f"Bearer {token}"))
     return tuple(pairs)
+
+
+async def follow_pages(
+    fetch: Callable[[str], Awaitable[tuple[list[_Item], str]]],
+) -> AsyncGenerator[_Item, None]:
+    """Every item of a paged List RPC: ``fetch(page_token)`` returns one page and the next token (``""`` on
+    the last page)."""
+    token = ""
+    while True:
+        items, token = await fetch(token)
+        for item in items:
+            yield item
+        if not token:
+            return
 
 
 def new_id() -> str:
