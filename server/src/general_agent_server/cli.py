@@ -49,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(level=settings.log_level, fmt=settings.log_format, secrets=[s for s in secrets if s])
     # Before any command can run: exec's commands must not read this process (see hardening.py).
     harden_process()
+    if settings.workers > 1:
+        from general_agent_server.workers import Workers, strip_workers
+
+        serve_args = (argv if argv is not None else sys.argv[1:])[1:]  # after "serve"
+        return Workers(settings, strip_workers(serve_args)).run()
     from general_agent_server.app import serve
 
     asyncio.run(serve(settings))

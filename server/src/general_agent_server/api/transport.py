@@ -35,8 +35,9 @@ def server_options(settings: ServerSettings) -> list[tuple[str, Any]]:
         ("grpc.keepalive_timeout_ms", _ms(settings.keepalive_timeout)),
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
         ("grpc.keepalive_permit_without_calls", 1),
-        # A second server on a port in use fails to bind instead of silently sharing its traffic.
-        ("grpc.so_reuseport", 0),
+        # A second server on a port in use fails to bind instead of silently sharing its traffic, unless the
+        # processes share it on purpose (`serve --workers`).
+        ("grpc.so_reuseport", 1 if settings.reuse_port else 0),
     ]
     ages = {
         "grpc.max_connection_idle_ms": settings.max_connection_idle,

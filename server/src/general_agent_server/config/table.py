@@ -108,6 +108,14 @@ class ServerSettings(TrustSettings):
     replica_id: str = setting(
         "local", "Lease owner id of this server process; replicas sharing a store need distinct ids."
     )
+    workers: int = setting(
+        1,
+        "Server processes sharing `listen` and the store (SO_REUSEPORT), each replica `replica_id`-N; a supervisor"
+        " restarts one that dies.",
+    )
+    reuse_port: bool = setting(
+        False, "Share `listen` with other processes (SO_REUSEPORT); `workers` sets it for its own."
+    )
     lease_ttl_seconds: float = setting(
         60.0, "Seconds a session lease lasts unrenewed (held while a run is active, renewed every third of it)."
     )
