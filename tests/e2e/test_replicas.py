@@ -271,9 +271,15 @@ async def test_a_steer_turn_on_one_replica_steers_and_follows_the_run_on_the_oth
 async def test_an_enqueued_turn_on_one_replica_runs_after_the_run_on_the_other(
     replicas: Replicas, fake_model_thread: FakeAnthropicThread
 ) -> None:
-    async with one_session_on_two_replicas(replicas) as (stub_a, stub_b, sid):
+    a, b = replicas.make("replica-a"), replicas.make("replica-b")
+    async with connect(a.start()) as stub_a, connect(b.start()) as stub_b:
+        sid = (await create_session(stub_a)).identity.session_id
         run = await start_hanging_run(stub_a, fake_model_thread, sid, "long task", then=[TextReply("queued answer")])
         waiting = busy_turn(stub_b, sid, "next", turn_api.BUSY_POLICY_ENQUEUE)
+        deadline = time.monotonic() + 30
+        while f"turn queued behind run {run.run_id}" not in b.log():  # B has seen A's run (polled, bounded)
+            assert time.monotonic() < deadline, "the enqueued turn never waited for the run"
+            await asyncio.sleep(0.05)
         run.reply.release()
         first = [*run.seen, *await run.rest()]
         second = await asyncio.wait_for(waiting, 30)

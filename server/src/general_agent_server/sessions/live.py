@@ -377,8 +377,8 @@ class LiveSession:
         settings = self.settings
         waited = False
         while True:
-            if self.run is not None or self.record.state is not SessionState.IDLE:
-                waited = True
+            if not waited and (self.run is not None or self.record.state is not SessionState.IDLE):
+                waited = self._log_queued()
             await self._queue.wait(
                 idle=lambda: self.run is None,
                 record=lambda: self.record,
@@ -392,11 +392,20 @@ class LiveSession:
                     if self.record.state is SessionState.IDLE and self.run is None:
                         trigger = RunTrigger.ENQUEUED_TURN if waited else RunTrigger.TURN
                         return Admission(run=await self._start(replace(turn, trigger=trigger)))
-                    waited = True
+                    waited = waited or self._log_queued()
             finally:
                 self._wake_queue()
             if self.runs_elsewhere:
                 await asyncio.sleep(POLL_SECONDS)  # another replica's run: its end is read from the store
+
+    def _log_queued(self) -> bool:
+        """Says once per queued turn that it waits (for operators; the replica tests wait for this line)."""
+        logger.info(
+            "turn queued behind run %s",
+            self.record.active_run_id,
+            extra={"category": "run", "tenant": self.tenant, "session_id": self.session_id},
+        )
+        return True
 
     async def _settle(self) -> None:
         """A run whose terminal commit has landed is over for hosts (they may have seen its run_finished), but its
