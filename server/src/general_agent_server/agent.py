@@ -38,9 +38,9 @@ from general_agent_server.runs.relayed import RelayedCommands
 from general_agent_server.runs.streams import EventStreams
 from general_agent_server.sessions.cache import SessionCache
 from general_agent_server.sessions.children import ChildSessions
+from general_agent_server.sessions.deps import SessionDeps
 from general_agent_server.sessions.fork import ForkDeps, Forks
 from general_agent_server.sessions.idempotency import IdempotencyKeys
-from general_agent_server.sessions.live import SessionDeps
 from general_agent_server.sessions.mcp_service import McpService
 from general_agent_server.sessions.ownership import Ownership
 from general_agent_server.sessions.relay import CommandRelay

@@ -22,8 +22,9 @@ from general_agent_server.domain.events import RunReason
 from general_agent_server.domain.history import HistoryMessage
 from general_agent_server.domain.session import SessionRecord, SessionState
 from general_agent_server.runs.recovery import repair_session
+from general_agent_server.sessions.deps import SessionDeps
 from general_agent_server.sessions.footprint import SessionFootprint
-from general_agent_server.sessions.live import LiveSession, SessionDeps
+from general_agent_server.sessions.live import LiveSession
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import contextlib
 import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
@@ -45,15 +45,11 @@ from general_agent_server.domain.records import (
     ResolvedBy,
     RunStatus,
 )
-from general_agent_server.domain.session import HostedToolDefinition, SessionRecord, SessionState
+from general_agent_server.domain.session import SessionRecord, SessionState
 from general_agent_server.domain.transcript import MessageEntry, SessionResetEntry
-from general_agent_server.exports.event_log import EventLog
-from general_agent_server.exports.transcript_export import TranscriptExporter
 from general_agent_server.hooks.payloads import MessageHistory
-from general_agent_server.hooks.runner import HookRunner
 from general_agent_server.hooks.session_hooks import SessionHooks
-from general_agent_server.mcp_servers.servers import McpServers, SessionServers
-from general_agent_server.model.credentials import CredentialResolver, SessionKeys
+from general_agent_server.mcp_servers.servers import SessionServers
 from general_agent_server.model.port import Credential, ModelClient
 from general_agent_server.runs.admission import prepare_admission
 from general_agent_server.runs.approvals import ApprovalAnswer, timeout_answer
@@ -63,48 +59,22 @@ from general_agent_server.runs.driver import RunDriver
 from general_agent_server.runs.hosted import resolve_approval, resolve_hosted
 from general_agent_server.runs.state import ActiveRun, Admission, BusyPolicy, Resolution, TurnRequest, payload_hash
 from general_agent_server.runs.turn_queue import TurnQueue
+from general_agent_server.sessions.deps import SessionDeps
 from general_agent_server.sessions.idempotency import KeyedRequest
 from general_agent_server.sessions.ledger import CommitRefused, LedgerSettings, SessionLedger
-from general_agent_server.sessions.ownership import Ownership
-from general_agent_server.sessions.relay import POLL_SECONDS, Body, CommandRelay
+from general_agent_server.sessions.relay import POLL_SECONDS, Body
 from general_agent_server.sessions.remote_tail import RemoteTail
 from general_agent_server.sessions.replica_sync import ReplicaSync
-from general_agent_server.sessions.serving import ServingGate
 from general_agent_server.sessions.session_tools import SessionTools
 from general_agent_server.sessions.settings import CoreSettings
 from general_agent_server.sessions.subscribers import Subscriber
 from general_agent_server.store.port import SessionStore, StoreUnavailableError
-from general_agent_server.tenants.slots import RunSlot, RunSlots
-from general_agent_server.tools.runtime import ToolCatalog, ToolContext, ToolSet, ToolSpec
-from general_agent_server.workspace.checkpoints.recorder import CheckpointRecorder
+from general_agent_server.tenants.slots import RunSlot
+from general_agent_server.tools.runtime import ToolContext, ToolSet, ToolSpec
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, kw_only=True)
-class SessionDeps:
-    """What every loaded session shares."""
-
-    store: SessionStore
-    model: ModelClient
-    settings: CoreSettings
-    exporter: TranscriptExporter
-    catalog: ToolCatalog
-    credentials: CredentialResolver
-    keys: SessionKeys
-    gate: ServingGate
-    ownership: Ownership
-    global_hosted_tools: tuple[HostedToolDefinition, ...] = ()
-    event_log: EventLog | None = None
-    hooks: HookRunner | None = None
-    checkpoints: CheckpointRecorder | None = None
-    mcp: McpServers | None = None
-    # Bounds concurrent runs per server and tenant (tenants/slots.py); None: unbounded.
-    run_slots: RunSlots | None = None
-    # Carries commands to the replica executing the session's run (sessions/relay.py); None: one process.
-    relay: CommandRelay | None = None
 
 
 def no_api_key(session_id: str, why: str) -> ServiceError:

@@ -13,13 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from typing import TYPE_CHECKING
 
 from general_agent_server.domain.session import SessionState
+from general_agent_server.sessions.loaded import LoadedSession
 from general_agent_server.store.port import StoreError
-
-if TYPE_CHECKING:
-    from general_agent_server.sessions.live import LiveSession
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +26,7 @@ BATCH = 500
 
 
 class RemoteTail:
-    def __init__(self, session: LiveSession) -> None:
+    def __init__(self, session: LoadedSession) -> None:
         # Weak: the session owns this object, and an evicted session must be freed without the cycle collector.
         self._ref = weakref.ref(session)
         self._task: asyncio.Task[None] | None = None

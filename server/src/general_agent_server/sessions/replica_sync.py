@@ -19,28 +19,25 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import TYPE_CHECKING
 
 from general_agent_server.domain.errors import session_not_found
 from general_agent_server.domain.session import SessionRecord, SessionState
 from general_agent_server.runs.recovery import repair_leased, repair_session
 from general_agent_server.runs.state import ActiveRun
+from general_agent_server.sessions.loaded import LoadedSession
 from general_agent_server.sessions.ownership import held_elsewhere
-
-if TYPE_CHECKING:
-    from general_agent_server.sessions.live import LiveSession
 
 
 class ReplicaSync:
     """See the module docstring. `lock` is the session's command lock."""
 
-    def __init__(self, session: LiveSession, lock: asyncio.Lock) -> None:
+    def __init__(self, session: LoadedSession, lock: asyncio.Lock) -> None:
         # Weak: the session owns this object, and an evicted session must be freed without the cycle collector.
         self._ref = weakref.ref(session)
         self._lock = lock
 
     @property
-    def _session(self) -> LiveSession:
+    def _session(self) -> LoadedSession:
         session = self._ref()
         if session is None:
             raise ReferenceError("the session was freed")

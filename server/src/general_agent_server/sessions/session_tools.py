@@ -5,25 +5,22 @@ from __future__ import annotations
 
 import weakref
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from general_agent_server.domain.session import SessionMode
 from general_agent_server.mcp_servers.servers import SessionServers
+from general_agent_server.sessions.loaded import LoadedSession
 from general_agent_server.tools.runtime import ToolContext, ToolKind, ToolSet, ToolSpec
-
-if TYPE_CHECKING:
-    from general_agent_server.sessions.live import LiveSession
 
 
 class SessionTools:
-    def __init__(self, session: LiveSession) -> None:
+    def __init__(self, session: LoadedSession) -> None:
         # Weak: the session owns this object, and an evicted session must be freed without the cycle collector.
         self._ref = weakref.ref(session)
         self._toolset: tuple[object, SessionMode, object, ToolSet] | None = None
         self._mcp_config: object = None
 
     @property
-    def _session(self) -> LiveSession:
+    def _session(self) -> LoadedSession:
         session = self._ref()
         if session is None:
             raise ReferenceError("the session was freed")
