@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from general_agent_server.domain.session import SessionRecord
+from general_agent_server.hooks.session_hooks import HookScope
 from general_agent_server.runs.deadlines import Deadlines
 from general_agent_server.runs.state import ActiveRun
 from general_agent_server.sessions.deps import SessionDeps
@@ -21,7 +21,9 @@ class CachedTools(Protocol):
     def invalidate(self) -> None: ...
 
 
-class LoadedSession(Protocol):
+class LoadedSession(HookScope, Protocol):
+    """Its identity (tenant, session id, record) as its hooks see it, and what its owned parts use."""
+
     # The run executing or suspended here; ReplicaSync clears it when the stored session moved on.
     run: ActiveRun | None
 
@@ -33,12 +35,6 @@ class LoadedSession(Protocol):
     def deadlines(self) -> Deadlines: ...
     @property
     def tools(self) -> CachedTools: ...
-    @property
-    def tenant(self) -> str: ...
-    @property
-    def session_id(self) -> str: ...
-    @property
-    def record(self) -> SessionRecord: ...
     @property
     def settings(self) -> CoreSettings: ...
     @property
