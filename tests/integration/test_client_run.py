@@ -1,6 +1,7 @@
 """client.run() over RunSession against a real in-process server: hosted tools registered with @client.hosted_tool
 (schemas from type hints and from a pydantic model), approvals through on_approval, typed events to match on, and a
-connection cut mid-run by a loopback proxy, after which the run is followed again with no gap and no duplicate."""
+connection cut mid-run by a loopback proxy, after which the run is followed again with no gap and no duplicate (for
+run() over RunSession, and for stream_turn() over StreamTurn then WatchSession)."""
 
 from __future__ import annotations
 
@@ -21,10 +22,13 @@ from general_agent import (
     HostedToolCall,
     RunFinished,
     RunStarted,
+    SessionNotFound,
     ToolError,
     ToolResult,
 )
+from general_agent.events import outcome_name, text_of
 from general_agent.testing import FakeAnthropic, HangReply, Reply, TextReply, ToolUseBlock
+from general_agent.v1 import event_pb2
 from general_agent_server.app import RunningServer
 from tests.support.tcp_proxy import TcpProxy
 
@@ -228,6 +232,44 @@ async def test_a_dropped_connection_is_reattached_without_gap_or_duplicate(
     assert isinstance(finished, RunFinished)
     assert finished.outcome == "COMPLETED"
     assert tool_results(fake_model)[0]["content"] == "step 1 done"
+
+
+async def test_a_dropped_stream_turn_is_followed_with_watch_session_without_gap_or_duplicate(
+    server: RunningServer, proxy: TcpProxy, fake_model: FakeAnthropic
+) -> None:
+    first = HangReply(after_events=4, reply=TextReply("partial rest", chunks=["partial ", "rest"]))
+    second = HangReply(after_events=4, reply=TextReply("more talk", chunks=["more ", "talk"]))
+    fake_model.enqueue(first, second)  # the second model call delivers the message injected meanwhile
+    async with await AgentClient.connect(server.address) as direct, await AgentClient.connect(proxy.address) as client:
+        sid = (await client.create_session()).identity.session_id
+        start = (await client.get_session(sid)).last_sequence
+        events: list[event_pb2.SessionEvent] = []
+        async for event in client.stream_turn(sid, "go", on_disconnect="CONTINUE"):
+            events.append(event)
+            delta = event.assistant_delta.text if event.HasField("assistant_delta") else ""
+            if delta == "partial ":
+                proxy.drop()  # StreamTurn dies mid-answer; the run goes on
+                assert await direct.inject(sid, "and one more thing") == event.run_id
+                first.release()
+            elif delta == "more ":
+                proxy.drop()  # and the WatchSession that followed it up dies too
+                second.release()
+
+        log = await session_log(client, sid, start)
+
+    assert proxy.connections >= 3
+    assert [e.sequence for e in events] == log  # every event of the run once, in order, no gap
+    assert {e.run_id for e in events} == {events[0].run_id}
+    assert events[0].HasField("run_started")
+    assert text_of(events) == "partial restmore talk"
+    assert outcome_name(events[-1]) == "COMPLETED"
+
+
+async def test_an_answer_of_the_service_is_raised_not_followed_up(proxy: TcpProxy) -> None:
+    async with await AgentClient.connect(proxy.address) as client:
+        with pytest.raises(SessionNotFound):
+            await anext(client.stream_turn("no-such-session", "hi", on_disconnect="CONTINUE"))
+    assert proxy.connections == 1
 
 
 def proxy_address(proxy: TcpProxy) -> str:

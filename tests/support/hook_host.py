@@ -2,8 +2,8 @@
 
 Every RPC of `general_agent.v1.HookService` is served (the table is built from the service descriptor, so
 a hook added to the proto is served without touching this file). Each call is recorded with its hook
-name, `context.dispatch_seq` and typed request; a hook answers from the callable a test set for it, else
-with an empty response (for modifying hooks: "no opinion"). Void hooks run concurrently on the server and
+name, `context.dispatch_seq`, typed request and gRPC metadata; a hook answers from the callable a test set
+for it, else with an empty response (for modifying hooks: "no opinion"). Void hooks run concurrently on the server and
 are not awaited, so tests wait for them with `wait_until` (a bounded poll), never with a sleep."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import asyncio
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
 
@@ -65,6 +65,7 @@ class HookCall:
     hook: str
     seq: int
     request: Any  # the typed <Rpc>Request message
+    metadata: Mapping[str, str] = field(default_factory=dict)  # the call's gRPC metadata (traceparent ...)
 
     @property
     def run_id(self) -> str:
@@ -92,7 +93,9 @@ class HookHost:
         carries_result = "result" in method.output_type.fields_by_name
 
         async def behaviour(request: Any, context: ServicerContext) -> Message:
-            self.calls.append(HookCall(hook=hook, seq=int(request.context.dispatch_seq), request=request))
+            metadata = {key: str(value) for key, value in context.invocation_metadata() or ()}
+            seq = int(request.context.dispatch_seq)
+            self.calls.append(HookCall(hook=hook, seq=seq, request=request, metadata=metadata))
             answer = self.answers.get(hook)
             result = await answer(request, context) if answer is not None else None
             if result is None or not carries_result:

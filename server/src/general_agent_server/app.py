@@ -142,7 +142,7 @@ async def _start_parts(settings: ServerSettings, cleanup: contextlib.AsyncExitSt
         settings,
         store=store,
         model=model if observer is None else MeteredModelClient(model, observer),
-        hook_dialer=GrpcHookDialer(interceptors=observability.client_interceptors()),
+        hook_dialer=GrpcHookDialer(trace_context=observability.spans is not None),
     )
     if observer is not None:
         _observe(agent, store, observer, observability)
@@ -189,6 +189,9 @@ def _observe(
 ) -> None:
     """The parts that report to the observer (observability/port.py), and the gauges read when scraped."""
     agent.hook_runner.observer = observer
+    agent.hook_runner.spans = observability.spans
+    if observability.spans is not None:
+        agent.mcp.send_trace_context()
     store.observe(observer)
     if observability.metrics is not None:
         observability.metrics.watch(

@@ -14,8 +14,10 @@ UNAVAILABLE up to four attempts with exponential backoff. Streams and commands w
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
+import logging
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar
@@ -27,6 +29,8 @@ from general_agent.v1 import agent_service_pb2_grpc
 
 if TYPE_CHECKING:
     from general_agent.v1.agent_service_pb2_grpc import AgentServiceAsyncStub
+
+_LOG = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT: Final = 30.0
 """Seconds allowed for a unary call unless the client or the call says otherwise."""
@@ -154,6 +158,25 @@ async def follow_pages(
             yield item
         if not token:
             return
+
+
+def transient(error: AgentError) -> bool:
+    """A dropped connection or a stopping server (follow the run up again), not an answer of the service
+    (raise): UNAVAILABLE, or INTERNAL / UNKNOWN without an ErrorInfo reason (a connection reset mid-stream)."""
+    if error.code == grpc.StatusCode.UNAVAILABLE:
+        return True
+    return error.code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN) and not error.reason
+
+
+async def await_reconnect(channel: grpc.aio.Channel, error: AgentError, remaining: float, what: str) -> None:
+    """Waits until ``channel`` is ready again after the transient ``error`` dropped the stream of ``what``;
+    raises ``error`` when it is not within ``remaining`` seconds."""
+    _LOG.info("%s: stream dropped (%s); reattaching", what, error.code_name)
+    try:
+        async with asyncio.timeout(max(remaining, 0.0)):
+            await channel.channel_ready()
+    except TimeoutError:
+        raise error from None
 
 
 def new_id() -> str:

@@ -4,22 +4,39 @@ CancelRun (docs/protocol.md).
 
 The streaming answers come in two forms: ``stream_*`` yields the events to the stream's first
 ``run_finished``; the plain form drains them into a :class:`TurnResult`.
+
+A ``stream_*`` call whose connection drops once its run has started is followed up with WatchSession
+after the last sequence yielded, as the Go (``Turn``) and TypeScript (``turn()``) clients do: the watch
+replays what was missed, events at or below that sequence and other runs' events are dropped, so the
+caller sees every event of the run once, in order. The run goes on meanwhile only with
+``on_disconnect="CONTINUE"``; under ``"CANCEL"`` the follow-up shows its ``STOPPED`` end.
 """
 
 # ruff: noqa: ASYNC109
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
+
+import grpc
 
 from general_agent import _convert as conv
 from general_agent._convert import BusyPolicyName, DecisionName, Image, InputLike, OnDisconnectName
-from general_agent._transport import DEFAULT, Timeout, Transport, new_id
+from general_agent._transport import DEFAULT, Timeout, Transport, await_reconnect, new_id, transient
 from general_agent.errors import AgentError
 from general_agent.events import is_run_finished, outcome_name, text_of
 from general_agent.v1 import event_pb2, turn_pb2
+
+
+class _CarriesEvent(Protocol):
+    """A response of StreamTurn, SubmitHostedToolResult, ResolveApproval or WatchSession."""
+
+    @property
+    def event(self) -> event_pb2.SessionEvent: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +139,7 @@ class TurnsMixin(Transport):
         on_disconnect: OnDisconnectName = "CANCEL",
         busy_policy: BusyPolicyName = "REJECT",
         timeout: float | None = None,
+        reconnect_timeout: float = 60.0,
     ) -> AsyncGenerator[event_pb2.SessionEvent, None]:
         """Runs one turn and yields its events; ends after the first ``run_finished`` (terminal or
         SUSPENDED).
@@ -130,7 +148,9 @@ class TurnsMixin(Transport):
         ``images`` are appended after it. Closing the generator early or cancelling the task cancels the
         call, which stops the run under ``on_disconnect="CANCEL"``. Errors before the run starts
         (SessionNotFound, SessionBusy, NoApiKey, INVALID_ARGUMENT) raise; run failures arrive as a
-        ``run_finished`` event instead.
+        ``run_finished`` event instead. A connection dropped after the run started is followed up with
+        WatchSession (module docstring) for up to ``reconnect_timeout`` seconds without contact; a drop
+        before the first event raises (UNAVAILABLE): resend with the same ``request_id`` to reattach.
         """
         request = turn_pb2.StreamTurnRequest(
             session_id=session_id,
@@ -140,8 +160,9 @@ class TurnsMixin(Transport):
             ),
             request_id=request_id,
         )
-        async for response in self._server_stream(self._stub.StreamTurn, request, timeout):
-            yield response.event
+        stream = self._server_stream(self._stub.StreamTurn, request, timeout)
+        async for event in self._followed(session_id, stream, timeout, reconnect_timeout):
+            yield event
 
     async def run_text(
         self, session_id: str, text: str, *, request_id: str = "", timeout: float | None = None
@@ -159,6 +180,50 @@ class TurnsMixin(Transport):
         request = turn_pb2.WatchSessionRequest(session_id=session_id, after_sequence=after_sequence)
         async for response in self._server_stream(self._stub.WatchSession, request, timeout):
             yield response.event
+
+    async def _followed(
+        self,
+        session_id: str,
+        stream: AsyncGenerator[_CarriesEvent, None],
+        timeout: float | None,
+        reconnect_timeout: float,
+    ) -> AsyncGenerator[event_pb2.SessionEvent, None]:
+        """The events of one run's ``stream``, followed up with WatchSession after a transient drop (the
+        module docstring). The first stream ends where the server ends it (a STEER turn may pass a
+        SUSPENDED ``run_finished``); a follow-up ends at the first ``run_finished``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        cursor, run_id, last_contact = 0, "", time.monotonic()
+        responses = stream
+        following = False
+        while True:
+            finished = False
+            try:
+                async with aclosing(responses):  # left early: the call is cancelled
+                    async for response in responses:
+                        last_contact = time.monotonic()
+                        event: event_pb2.SessionEvent = response.event
+                        if event.sequence <= cursor or (run_id and event.run_id != run_id):
+                            continue  # replayed, or another run's (a watch carries the whole session)
+                        cursor, run_id = event.sequence, event.run_id
+                        yield event
+                        finished = is_run_finished(event)
+                        if finished and following:
+                            return
+                if finished or not run_id:
+                    return
+                raise AgentError(grpc.StatusCode.UNAVAILABLE, "the stream ended before the run finished")
+            except AgentError as error:
+                if finished:
+                    return  # dropped just after the run_finished: nothing of this run is left
+                if not run_id or not transient(error):
+                    raise
+                remaining = reconnect_timeout - (time.monotonic() - last_contact)
+                await await_reconnect(self._channel, error, remaining, f"turn of session {session_id}")
+            after = turn_pb2.WatchSessionRequest(session_id=session_id, after_sequence=cursor)
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            watched = self._server_stream(self._stub.WatchSession, after, left)
+            responses = watched
+            following = True
 
     # ------------------------------------------------------------------ hosted results
     async def stream_hosted_result(
@@ -181,8 +246,9 @@ class TurnsMixin(Transport):
             on_disconnect=conv.on_disconnect(on_disconnect),
             **hosted_result_fields(output, error, details),
         )
-        async for response in self._server_stream(self._stub.SubmitHostedToolResult, request, timeout):
-            yield response.event
+        stream = self._server_stream(self._stub.SubmitHostedToolResult, request, timeout)
+        async for event in self._followed(session_id, stream, timeout, reconnect_timeout=60.0):
+            yield event
 
     async def submit_hosted_result(
         self,
@@ -219,8 +285,9 @@ class TurnsMixin(Transport):
             on_disconnect=conv.on_disconnect(on_disconnect),
             **approval_fields(decision, edited_input, message),
         )
-        async for response in self._server_stream(self._stub.ResolveApproval, request, timeout):
-            yield response.event
+        stream = self._server_stream(self._stub.ResolveApproval, request, timeout)
+        async for event in self._followed(session_id, stream, timeout, reconnect_timeout=60.0):
+            yield event
 
     async def resolve_approval(
         self,

@@ -30,7 +30,7 @@ import pydantic
 
 from general_agent import _convert as conv
 from general_agent._convert import BusyPolicyName, DecisionName
-from general_agent._transport import new_id
+from general_agent._transport import await_reconnect, new_id, transient
 from general_agent._turns import approval_fields, hosted_result_fields
 from general_agent.errors import AgentError
 from general_agent.event_types import (
@@ -108,13 +108,6 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return self.outcome == "COMPLETED"
-
-
-def _transient(error: AgentError) -> bool:
-    """A dropped connection or a stopping server (reattach), not an answer of the service (raise)."""
-    if error.code == grpc.StatusCode.UNAVAILABLE:
-        return True
-    return error.code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN) and not error.reason
 
 
 class Run:
@@ -195,21 +188,13 @@ class Run:
                         last_contact = time.monotonic()
                         yield event
                 except AgentError as error:
-                    if not _transient(error):
+                    if not transient(error):
                         raise
-                    await self._reconnect(error, last_contact)
+                    remaining = self._reconnect_timeout - (time.monotonic() - last_contact)
+                    await await_reconnect(self._client.channel, error, remaining, f"run of session {self._session_id}")
             self.result = self._result(self._finished)
         finally:
             await self._close()
-
-    async def _reconnect(self, error: AgentError, last_contact: float) -> None:
-        remaining = self._reconnect_timeout - (time.monotonic() - last_contact)
-        _LOG.info("run of session %s: stream dropped (%s); reattaching", self._session_id, error.code_name)
-        try:
-            async with asyncio.timeout(max(remaining, 0.0)):
-                await self._client.channel.channel_ready()
-        except TimeoutError:
-            raise error from None
 
     async def _attachment(self) -> AsyncIterator[Event]:
         """One RunSession stream: attach after the cursor, (re)send what is not confirmed, follow."""

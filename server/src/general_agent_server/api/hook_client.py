@@ -4,7 +4,6 @@ hook_service.proto, built from and read back into the camelCase JSON the runner 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -14,6 +13,7 @@ from general_agent.v1 import hook_service_pb2, hook_service_pb2_grpc
 from general_agent_server.api.interceptors import current_request_id
 from general_agent_server.hooks.registrations import HookBindingSpec, HookRegistrationSpec, HookTlsSpec
 from general_agent_server.hooks.registry import HandlerFn, JsonObject, default_timeout
+from general_agent_server.observability.tracing import inject_trace_context
 
 # Typed enums of hook results, back to the string values the runner merges (plugins and EmitHook use them).
 _SPAWNING_STATUS = {"SUBAGENT_SPAWNING_STATUS_OK": "ok", "SUBAGENT_SPAWNING_STATUS_ERROR": "error"}
@@ -35,29 +35,29 @@ def rpc_name(hook: str) -> str:
     return "".join(part.capitalize() for part in hook.split("_"))
 
 
-def _open_channel(target: str, tls: HookTlsSpec | None, interceptors: Sequence[Any]) -> grpc.aio.Channel:
+def _open_channel(target: str, tls: HookTlsSpec | None) -> grpc.aio.Channel:
     if tls is None:
-        return grpc.aio.insecure_channel(target, interceptors=interceptors or None)
+        return grpc.aio.insecure_channel(target)
     credentials = grpc.ssl_channel_credentials(
         root_certificates=tls.ca_cert_pem.encode() or None,
         private_key=tls.client_key_pem.encode() or None,
         certificate_chain=tls.client_cert_pem.encode() or None,
     )
     options = [("grpc.ssl_target_name_override", tls.server_name_override)] if tls.server_name_override else []
-    return grpc.aio.secure_channel(target, credentials, options=options, interceptors=interceptors or None)
+    return grpc.aio.secure_channel(target, credentials, options=options)
 
 
 class GrpcHookDialer:
-    def __init__(self, *, interceptors: Sequence[Any] = ()) -> None:
-        # Client interceptors of every channel (tracing's, which carry the trace context to hook services).
-        self._interceptors = tuple(interceptors)
+    def __init__(self, *, trace_context: bool = False) -> None:
+        # With tracing on, every call carries the W3C trace context of the hook handler's span (the runner's).
+        self._trace_context = trace_context
         # One channel per distinct (target, TLS settings), reused by every hook of every registration.
         self._channels: dict[tuple[str, HookTlsSpec | None], grpc.aio.Channel] = {}
 
     def _stub(self, target: str, tls: HookTlsSpec | None) -> Any:
         channel = self._channels.get((target, tls))
         if channel is None:
-            channel = _open_channel(target, tls, self._interceptors)
+            channel = _open_channel(target, tls)
             self._channels[(target, tls)] = channel
         return hook_service_pb2_grpc.HookServiceStub(channel)
 
@@ -72,10 +72,7 @@ class GrpcHookDialer:
             )
             method = getattr(self._stub(registration.target, registration.tls), name)
             try:
-                # Trace context: the id of the request that started this work, for the host's logs.
-                request_id = current_request_id()
-                metadata = (("x-request-id", request_id),) if request_id else None
-                response = await method(request, timeout=timeout, metadata=metadata)
+                response = await method(request, timeout=timeout, metadata=self._metadata())
             except grpc.aio.AioRpcError as error:
                 if error.code() == grpc.StatusCode.UNIMPLEMENTED:
                     return None  # the host has no opinion on this hook
@@ -86,6 +83,15 @@ class GrpcHookDialer:
             return _runner_shape(result)
 
         return call
+
+    def _metadata(self) -> tuple[tuple[str, str], ...] | None:
+        """The id of the request that started this work, for the host's logs; with tracing on, `traceparent`
+        (and `tracestate`) of the current span, the hook handler's."""
+        request_id = current_request_id()
+        metadata = {"x-request-id": request_id} if request_id else {}
+        if self._trace_context:
+            inject_trace_context(metadata)
+        return tuple(metadata.items()) or None
 
     async def close(self) -> None:
         channels, self._channels = list(self._channels.values()), {}

@@ -21,7 +21,7 @@ from general_agent_server.hooks.registry import (
     JsonObject,
     fails_closed,
 )
-from general_agent_server.observability.port import Observer
+from general_agent_server.observability.port import Observer, Spans
 from general_agent_server.sessions import session_log
 
 
@@ -175,26 +175,23 @@ class HookRunner:
         self.registry = registry
         # Told every handler call, tool outcome and run end (observability/port.py); None: nobody asks.
         self.observer: Observer | None = None
+        # Tracing's spans (observability/port.py): each handler call runs under one; None: tracing is off.
+        self.spans: Spans | None = None
         self.background: set[asyncio.Task[Any]] = set()
 
     async def _invoke(
         self, handler: HookHandler, event: JsonObject, context: JsonObject, budget: float | None, tenant: str
     ) -> _Call:
-        timeout = handler.timeout if budget is None else max(0.0, min(handler.timeout, budget))
         call = _Call(handler=handler)
         shaped = shape_event(event, handler.messages)
         started = time.perf_counter()
-        try:
-            call.result = await asyncio.wait_for(
-                handler.call(shaped, {**context, "pluginId": handler.plugin_id}),
-                timeout,
-            )
-        except TimeoutError:
-            call.error = f"timed out after {timeout:g}s"
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            call.error = f"{type(exc).__name__}: {exc}"
+        if self.spans is None:
+            await _call_handler(call, shaped, context, budget)
+        else:
+            with self.spans.hook(handler.hook, handler.plugin_id) as span:
+                await _call_handler(call, shaped, context, budget)
+                if call.error:
+                    span.failed()
         if session_log.enabled():
             _log_call(call, shaped, context, tenant, time.perf_counter() - started)
         if self.observer is not None:
@@ -279,6 +276,20 @@ class HookRunner:
         )
         self.background.add(task)
         task.add_done_callback(self.background.discard)
+
+
+async def _call_handler(call: _Call, shaped: JsonObject, context: JsonObject, budget: float | None) -> None:
+    """Its result or its error into `call`, within the handler's timeout capped by `budget`."""
+    handler = call.handler
+    timeout = handler.timeout if budget is None else max(0.0, min(handler.timeout, budget))
+    try:
+        call.result = await asyncio.wait_for(handler.call(shaped, {**context, "pluginId": handler.plugin_id}), timeout)
+    except TimeoutError:
+        call.error = f"timed out after {timeout:g}s"
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        call.error = f"{type(exc).__name__}: {exc}"
 
 
 def _log_call(call: _Call, shaped: JsonObject, context: JsonObject, tenant: str, seconds: float) -> None:

@@ -13,6 +13,7 @@ import json
 import logging
 import time
 import weakref
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,6 +24,8 @@ from general_agent_server.domain.transcript import ToolResultEntry, TranscriptEn
 from general_agent_server.exports.transcript_json import EntryShapeError, entry_from_hook_message, hook_message
 from general_agent_server.hooks.registry import JsonObject
 from general_agent_server.hooks.runner import HookOutcome, HookRunner
+from general_agent_server.observability.port import Spans
+from general_agent_server.tools.runtime import ToolOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -158,13 +161,27 @@ class SessionHooks:
         except Exception:
             logger.exception("hook %s failed", hook, extra={"category": "system"})
 
+    def traced(self, tool_name: str, execution: Coroutine[Any, Any, ToolOutcome]) -> Coroutine[Any, Any, ToolOutcome]:
+        """A local tool call under its tracing span (observability/port.py), so an MCP server it calls gets the
+        span's trace context; the call itself, untouched, when tracing is off."""
+        spans = self.runner.spans if self.runner is not None else None
+        return execution if spans is None else _under_span(spans, tool_name, execution)
+
     def after_tool_call(
-        self, run_id: str, tool_name: str, call_id: str, params_json: str, result: CallResult, duration_ms: int = 0
+        self,
+        run_id: str,
+        tool_name: str,
+        call_id: str,
+        params_json: str,
+        result: CallResult,
+        duration_ms: int = 0,
+        *,
+        spanned: bool = False,
     ) -> None:
         """Fired after every tool outcome (blocked, unknown and hosted ones included), before its
-        tool_result/tool_error is emitted."""
+        tool_result/tool_error is emitted; `spanned`: a local call that ran under `traced`."""
         if self.runner is not None and self.runner.observer is not None:
-            self.runner.observer.tool_call(tool_name, duration_ms / 1000, result.is_error)
+            self.runner.observer.tool_call(tool_name, duration_ms / 1000, result.is_error, spanned=spanned)
         if not self.wants(frozenset({"after_tool_call"})):
             return
         details: Any = {}
@@ -232,3 +249,11 @@ class SessionHooks:
         except EntryShapeError as exc:
             logger.warning("hook %s returned an unusable transcript entry (%s); kept the original", hook, exc)
             return current
+
+
+async def _under_span(spans: Spans, tool_name: str, execution: Coroutine[Any, Any, ToolOutcome]) -> ToolOutcome:
+    with spans.tool(tool_name) as span:
+        outcome = await execution
+        if outcome.is_error:
+            span.failed()
+        return outcome

@@ -5,12 +5,16 @@ call when it goes away (a stopped run).
 
 A stdio server runs in its own process group (the SDK starts it in a new session) and is killed with its
 children when the connection closes; its stderr goes to a file whose tail explains a failed start. States:
-CONNECTING until the tools are listed, READY, FAILED (with the error) when it cannot start or dies."""
+CONNECTING until the tools are listed, READY, FAILED (with the error) when it cannot start or dies.
+
+With `trace_context` (tracing on), a call runs in the caller's context (its tool span current: the SDK sends
+each message in its sender's context) and every HTTP request gets that span's W3C trace context as headers."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import enum
 import logging
 import tempfile
@@ -27,6 +31,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from general_agent_server.mcp_servers.config import McpServerSpec
+from general_agent_server.observability.tracing import inject_trace_context
 from general_agent_server.security.redaction import redact_text
 
 logger = logging.getLogger(__name__)
@@ -51,13 +56,16 @@ class _Call:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    # The caller's, when the trace context is sent (see the module docstring).
+    context: contextvars.Context | None = None
 
 
 class McpConnection:
     """See the module docstring. `start` once; `close` ends the task and everything it opened."""
 
-    def __init__(self, spec: McpServerSpec, *, cwd: Path, call_timeout: float) -> None:
+    def __init__(self, spec: McpServerSpec, *, cwd: Path, call_timeout: float, trace_context: bool = False) -> None:
         self.spec = spec
+        self._trace_context = trace_context
         self.state = ServerState.CONNECTING
         self.error = ""
         self.tools: list[mcp_types.Tool] = []
@@ -85,6 +93,8 @@ class McpConnection:
         if self.state is not ServerState.READY or not self.running:
             raise McpCallError(f"MCP server {self.spec.name} is not ready ({self.state.value.lower()}): {self.error}")
         call = _Call(name=name, arguments=arguments)
+        if self._trace_context:
+            call.context = contextvars.copy_context()
         await self._calls.put(call)
         try:
             async with asyncio.timeout(self._call_timeout):
@@ -118,7 +128,10 @@ class McpConnection:
                 self._settled.set()
                 async with anyio.create_task_group() as group:
                     while (call := await self._calls.get()) is not None:
-                        group.start_soon(self._answer, client, call)
+                        if call.context is None:
+                            group.start_soon(self._answer, client, call)
+                        else:  # the task starts in (a copy of) the caller's context
+                            call.context.run(group.start_soon, self._answer, client, call)
                     group.cancel_scope.cancel()
         except Exception as exc:
             self._failed(exc)
@@ -157,8 +170,11 @@ class McpConnection:
     def _transport(self) -> Any:
         spec = self.spec
         if spec.transport == "http":
+            hooks = {"request": [_send_trace_context]} if self._trace_context else {}
             http = httpx2.AsyncClient(
-                headers=dict(spec.headers), timeout=httpx2.Timeout(self._call_timeout, connect=10)
+                headers=dict(spec.headers),
+                timeout=httpx2.Timeout(self._call_timeout, connect=10),
+                event_hooks=hooks,
             )
             return _owning(http, streamable_http_client(spec.url, http_client=http))
         self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed in close
@@ -208,6 +224,11 @@ async def _list_tools(client: Client) -> list[mcp_types.Tool]:
         if not cursor:
             break
     return tools
+
+
+async def _send_trace_context(request: httpx2.Request) -> None:
+    """An HTTP request to the server: `traceparent` (and `tracestate`) of the span current where it is sent."""
+    inject_trace_context(request.headers)
 
 
 @contextlib.asynccontextmanager

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,8 @@ class McpSettings:
     connect_timeout: float
     call_timeout: float
     idle_timeout: float
+    # Tracing is on: calls send their tool span's trace context (mcp_servers/connection.py).
+    trace_context: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -82,7 +84,12 @@ class SessionServers:
                 continue
             if current is not None:
                 self._close_later(current)
-            connection = McpConnection(spec, cwd=self._workspace, call_timeout=self._settings.call_timeout)
+            connection = McpConnection(
+                spec,
+                cwd=self._workspace,
+                call_timeout=self._settings.call_timeout,
+                trace_context=self._settings.trace_context,
+            )
             connection.start()
             self._connections[name] = connection
 
@@ -157,6 +164,10 @@ class McpServers:
     def __init__(self, settings: McpSettings) -> None:
         self._settings = settings
         self._sessions: dict[tuple[str, str], SessionServers] = {}
+
+    def send_trace_context(self) -> None:
+        """Tracing is on (set at start, before sessions load): tool calls send their span's trace context."""
+        self._settings = replace(self._settings, trace_context=True)
 
     def for_session(self, tenant: str, session_id: str, workspace: Path) -> SessionServers:
         key = (tenant, session_id)

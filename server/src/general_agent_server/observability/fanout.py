@@ -20,9 +20,9 @@ class Fanout:
         for o in self._observers:
             o.model_call(model, seconds, usage, failed)
 
-    def tool_call(self, tool: str, seconds: float, failed: bool) -> None:
+    def tool_call(self, tool: str, seconds: float, failed: bool, *, spanned: bool = False) -> None:
         for o in self._observers:
-            o.tool_call(tool, seconds, failed)
+            o.tool_call(tool, seconds, failed, spanned=spanned)
 
     def hook_call(self, hook: str, seconds: float, failed: bool) -> None:
         for o in self._observers:

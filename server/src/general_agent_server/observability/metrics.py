@@ -73,7 +73,7 @@ class PrometheusMetrics:
                 if tokens:
                     self.model_tokens.labels(model, kind).inc(tokens)
 
-    def tool_call(self, tool: str, seconds: float, failed: bool) -> None:
+    def tool_call(self, tool: str, seconds: float, failed: bool, *, spanned: bool = False) -> None:
         self.tool_seconds.labels(tool, "error" if failed else "ok").observe(seconds)
 
     def hook_call(self, hook: str, seconds: float, failed: bool) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 from general_agent_server.config import ServerSettings
 from general_agent_server.observability.fanout import Fanout
 from general_agent_server.observability.metrics import MetricsServer, PrometheusMetrics, serve_metrics
-from general_agent_server.observability.port import Observer
+from general_agent_server.observability.port import Observer, Spans
 from general_agent_server.observability.tracing import Tracing, TracingObserver, start_tracing
 
 
@@ -19,14 +19,12 @@ class Observability:
     metrics_server: MetricsServer | None = None
     tracing: Tracing | None = None
     observer: Observer | None = None
+    # Open while hook handlers and local tools run, so their calls out carry the trace context (tracing only).
+    spans: Spans | None = None
 
     def server_interceptors(self) -> list[Any]:
         """Before the others: the RPC's span is current while they and the handler run."""
         return [self.tracing.server_interceptor()] if self.tracing is not None else []
-
-    def client_interceptors(self) -> list[Any]:
-        """For channels to hook services: they carry the trace context."""
-        return self.tracing.client_interceptors() if self.tracing is not None else []
 
     def stop(self) -> None:
         if self.metrics_server is not None:
@@ -47,7 +45,9 @@ def start_observability(settings: ServerSettings) -> Observability:
             observers.append(found.metrics)
         if settings.tracing != "off":
             found.tracing = start_tracing(settings.tracing)
-            observers.append(TracingObserver(found.tracing.tracer))
+            traced = TracingObserver(found.tracing.tracer)
+            observers.append(traced)
+            found.spans = traced
     except BaseException:
         found.stop()
         raise

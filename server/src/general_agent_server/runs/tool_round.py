@@ -215,11 +215,11 @@ class ToolRound:
             return
         host.workspace.mkdir(parents=True, exist_ok=True)
         for record in local:
+            execution = tools.execute(
+                record.tool_name, json.loads(record.input_json), host.tool_context(run.run_id, record.call_id)
+            )
             state.tasks[record.call_id] = asyncio.create_task(
-                tools.execute(
-                    record.tool_name, json.loads(record.input_json), host.tool_context(run.run_id, record.call_id)
-                ),
-                name=f"tool-{record.tool_name}-{record.call_id}",
+                host.hooks.traced(record.tool_name, execution), name=f"tool-{record.tool_name}-{record.call_id}"
             )
         started = time.monotonic()
         waiting = bool(run.waiting())
@@ -229,7 +229,7 @@ class ToolRound:
             result = CallResult(content=outcome.content, details_json=outcome.details_json, is_error=outcome.is_error)
             elapsed_ms = int((time.monotonic() - started) * 1000)
             host.hooks.after_tool_call(
-                run.run_id, record.tool_name, record.call_id, record.input_json, result, elapsed_ms
+                run.run_id, record.tool_name, record.call_id, record.input_json, result, elapsed_ms, spanned=True
             )
             # The round's last result rides with the round's results message (one commit fewer per round).
             await self._resolve_local(record, result, carry=index == len(local) - 1 and not waiting)
