@@ -14,7 +14,15 @@ from general_agent_server.domain.events import MessageInjected, RunFinished, Run
 from general_agent_server.domain.records import CallResult
 from general_agent_server.domain.validation import check_sequence, check_session_id, check_token, check_turn_input
 from general_agent_server.runs.approvals import ApprovalAnswer
-from general_agent_server.runs.state import ActiveRun, Admission, OnDisconnect, Resolution, TurnOptions, TurnRequest
+from general_agent_server.runs.state import (
+    ActiveRun,
+    Admission,
+    BusyPolicy,
+    OnDisconnect,
+    Resolution,
+    TurnOptions,
+    TurnRequest,
+)
 from general_agent_server.runs.streams import EventStreams
 from general_agent_server.sessions.cache import SessionCache
 from general_agent_server.sessions.idempotency import Idempotency, IdempotencyKeys, request_id_reused
@@ -22,6 +30,14 @@ from general_agent_server.sessions.live import LiveSession
 from general_agent_server.sessions.serving import ServingGate
 from general_agent_server.sessions.settings import CoreSettings
 from general_agent_server.store.port import SessionStore
+
+
+def _revalidates(options: TurnOptions, idem: Idempotency | None) -> bool:
+    """Whether a turn needs its cached copy checked against the store before admission. A REJECT or INTERRUPT
+    turn decides nothing before admission takes the lease and reads the session again; a STEER or ENQUEUE
+    turn picks its path from the state first, and a replayed request_id follows a run wherever it executes."""
+    replayable = idem is not None and bool(idem.request_id)
+    return replayable or options.busy_policy not in (BusyPolicy.REJECT, BusyPolicy.INTERRUPT)
 
 
 class RunControl:
@@ -100,7 +116,7 @@ class RunControl:
         check_session_id(session_id)
         self.check_input(parts)
         self._gate.check()
-        async with self._cache.use(ctx.tenant, session_id) as session:
+        async with self._cache.use(ctx.tenant, session_id, revalidate=_revalidates(options, idem)) as session:
             if idem is not None and idem.request_id:
                 previous = await self._store.find_run_by_request_id(ctx.tenant, session_id, idem.request_id)
                 if previous is not None:

@@ -77,11 +77,14 @@ class SessionCache:
         self._park(session)
 
     @asynccontextmanager
-    async def use(self, tenant: str, session_id: str) -> AsyncIterator[LiveSession]:
-        """The session's session, loaded if needed and kept while in use. NOT_FOUND for unknown ids."""
+    async def use(self, tenant: str, session_id: str, *, revalidate: bool = True) -> AsyncIterator[LiveSession]:
+        """The session's session, loaded if needed and kept while in use. NOT_FOUND for unknown ids.
+
+        `revalidate=False` hands over a cached copy as it is: only for a caller that reads the session again
+        under its lease before it decides anything (a turn's admission), so the store is read once, not twice."""
         session, loaded = await self._acquire(tenant, session_id)
         try:
-            if not loaded:
+            if not loaded and revalidate:
                 await session.revalidate()
         except ServiceError:
             session.users -= 1
