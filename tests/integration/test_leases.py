@@ -65,6 +65,9 @@ async def test_a_turn_on_the_other_replica_during_a_run_is_rejected_as_on_one_se
     async with grpc.aio.insecure_channel(first.address) as ca, grpc.aio.insecure_channel(second.address) as cb:
         a, b = stub_of(ca), stub_of(cb)
         sid = (await create_session(a)).identity.session_id
+        # B caches the session while it is idle: its copy is stale once A's run starts, and the REJECT turn
+        # below (admitted without a pre-use check) must still learn of A's run under the lease.
+        assert (await get_session(b, sid)).state == session_pb2.SESSION_STATE_IDLE
         hang = HangReply(after_events=4, reply=TextReply("slow answer"))
         fake_model.enqueue(hang)
         running = turn_call(a, sid, "long task")
