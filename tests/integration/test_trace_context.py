@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from general_agent.testing import FakeAnthropic, Reply, TextReply, ToolUseBlock
 from general_agent.v1 import mcp_pb2
 from general_agent_server.app import RunningServer
+from general_agent_server.observability import tracing
 from tests.conftest import ServerFactory
 from tests.support.hook_agent import open_agent
 from tests.support.hook_host import wait_until
@@ -35,6 +36,14 @@ async def collector(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
         for name, value in found.env().items():
             monkeypatch.setenv(name, value)
         yield
+
+
+@pytest.fixture
+def injections(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every carrier the server hands the propagator (none at all when tracing is off: no propagator work)."""
+    seen: list[object] = []
+    monkeypatch.setattr(tracing, "inject", seen.append)
+    return seen
 
 
 @pytest.fixture
@@ -98,7 +107,7 @@ async def test_hook_calls_carry_their_hook_span_s_trace_context(
 
 
 async def test_no_trace_context_reaches_hooks_when_tracing_is_off(
-    server_factory: ServerFactory, fake_model: FakeAnthropic, tmp_path: Path
+    server_factory: ServerFactory, fake_model: FakeAnthropic, tmp_path: Path, injections: list[object]
 ) -> None:
     async with open_agent(server_factory, tmp_path) as agent:
         assert agent.server.observability.tracing is None
@@ -110,6 +119,7 @@ async def test_no_trace_context_reaches_hooks_when_tracing_is_off(
         assert host.of("before_prompt_build")
         assert host.of("before_tool_call")
         assert all("traceparent" not in call.metadata for call in host.calls)
+        assert injections == []
 
 
 async def a_turn_with_an_mcp_tool(server: RunningServer, fake_model: FakeAnthropic, url: str) -> None:
@@ -137,9 +147,10 @@ async def test_mcp_tool_calls_carry_their_tool_span_s_trace_context(
 
 
 async def test_no_trace_context_reaches_mcp_servers_when_tracing_is_off(
-    server_factory: ServerFactory, fake_model: FakeAnthropic, mcp_http: RecordingServer
+    server_factory: ServerFactory, fake_model: FakeAnthropic, mcp_http: RecordingServer, injections: list[object]
 ) -> None:
     server = await server_factory({"GENERAL_AGENT_SSRF_ALLOW_HOSTS": "127.0.0.1"})
     await a_turn_with_an_mcp_tool(server, fake_model, mcp_http.url)
     assert mcp_http.calls("tools/call")
     assert all("traceparent" not in r.headers for r in mcp_http.seen)
+    assert injections == []

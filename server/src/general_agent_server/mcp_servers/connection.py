@@ -8,7 +8,8 @@ children when the connection closes; its stderr goes to a file whose tail explai
 CONNECTING until the tools are listed, READY, FAILED (with the error) when it cannot start or dies.
 
 With `trace_context` (tracing on), a call runs in the caller's context (its tool span current: the SDK sends
-each message in its sender's context) and every HTTP request gets that span's W3C trace context as headers."""
+each message in its sender's context) and every HTTP request gets that span's W3C trace context as headers; the
+connection's own requests (opening it, listing tools) get the context the connection was started in."""
 
 from __future__ import annotations
 
