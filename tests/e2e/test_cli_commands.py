@@ -1,5 +1,6 @@
 """The client commands of `general-agent` against a live server: sessions list|show|history|fork|reset|delete,
-hooks list, checkpoints list|restore and usage, each with --json parsed, the address from --address or
+hooks list, checkpoints list|restore and usage, each with --json parsed (list commands: one array of objects with
+every field without presence printed), the address from --address or
 GENERAL_AGENT_ADDRESS, and a typed error with exit code 1."""
 
 from __future__ import annotations
@@ -53,7 +54,19 @@ def test_the_client_commands(server_process: ServerProcess, fake_model_thread: F
     hooks = cli_json(address, "hooks", "list")
     deleted = cli_json(address, "sessions", "delete", "cli-fork")
 
+    # A list command prints one array of objects; every field without presence is there even at its default, in
+    # the proto's snake_case names, with 64-bit integers as strings (docs/cli.md).
+    assert isinstance(listed, list)
+    assert all(isinstance(s, dict) for s in listed)
     assert {s["identity"]["session_id"] for s in listed} == {sid, other}
+    idle = next(s for s in listed if s["identity"]["session_id"] == other)
+    assert (idle["history_message_count"], idle["pending_call_ids"], idle["labels"]) == (0, [], {})
+    assert idle["active_run_id"] == ""
+    assert isinstance(idle["last_sequence"], str)
+    assert {key for s in listed for key in s if isinstance(s[key], int | str | list)} <= set(idle)
+    assert isinstance(history, list)
+    assert isinstance(checkpoints, list)
+    assert isinstance(shown, dict)
     assert shown["identity"]["session_key"] == "cli:1"
     assert next(e for e in history if "tool_call" in e)["tool_call"]["tool_name"] == "write"
     assert int(usage["cumulative_usage"]["model_calls"]) == 2

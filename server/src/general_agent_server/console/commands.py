@@ -1,5 +1,9 @@
 """`general-agent sessions|hooks|checkpoints|usage ...` (docs/cli.md): one client call each, printed as a table
-or, with `--json`, as the API's messages in protobuf's JSON mapping with the proto field names."""
+or, with `--json`, as one JSON document: a list command prints one array of objects (`[]` when empty), any other
+command one object. Objects are the API's messages in protobuf's JSON mapping (`google.protobuf.json_format`) with
+the proto's snake_case field names, and every field without presence is printed even at its default (`0`, `""`,
+`[]`, `{}`, the enum's `*_UNSPECIFIED` name), so all objects of one message carry the same keys and a script never
+has to tell "absent" from zero; message, oneof and `optional` fields appear only when set."""
 
 from __future__ import annotations
 
@@ -24,7 +28,9 @@ Handler = Callable[[AgentClient, argparse.Namespace], Awaitable[Any]]
 def as_json(value: Any) -> Any:
     """Messages (and lists and dicts of them) as JSON values."""
     if isinstance(value, Message):
-        return json_format.MessageToDict(value, preserving_proto_field_name=True)
+        return json_format.MessageToDict(
+            value, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+        )
     if isinstance(value, dict):
         return {k: as_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
