@@ -1,6 +1,6 @@
 """Pure protobuf ↔ domain conversions, one module per noun. Nothing here does I/O or holds state.
 
-The transport (api/servicer.py) calls them through this package."""
+The transport (the RPC modules api/*_rpcs.py) calls them through this package."""
 
 from general_agent_server.api.convert.approvals import answer_from_proto
 from general_agent_server.api.convert.checkpoints import checkpoint_to_proto
