@@ -1,9 +1,9 @@
 """Test doubles for the service's external dependencies.
 
-Why the lazy re-export: ``python -m general_agent.testing.fake_anthropic`` runs
-that module as ``__main__``; importing it eagerly here as well would make runpy
-warn and load it twice. Names resolve on first access instead, and the
-``TYPE_CHECKING`` import keeps them visible to mypy and IDEs.
+Why the lazy re-export: importing this package (as the pytest plugin and the
+server helper do) does not load the fake and aiohttp until a test uses a name
+from it. Names resolve on first access, and the ``TYPE_CHECKING`` import keeps
+them visible to mypy and IDEs.
 """
 
 from __future__ import annotations
