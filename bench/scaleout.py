@@ -42,7 +42,7 @@ from bench.harness import ServiceClient, p50_ms, row, start_bench_service, start
 from tests.support.pg_cluster import Cluster, throwaway_cluster
 
 SESSIONS: Final = 50
-CHANNELS: Final = 8
+CHANNELS: Final = 16  # over 4 workers: a worker gets no connection with probability ~4% (8: ~40%)
 WORKERS: Final = (1, 2, 4)
 REPLICAS: Final = (1, 2)
 COST_SESSIONS: Final = 10  # the cost phase's turns rotate over these, so histories stay short
@@ -61,6 +61,7 @@ class Setup:
     clients: list[ServiceClient]
     database: Cluster | None = None
     sessions: list[tuple[ServiceClient, str]] = field(default_factory=list)
+    failure: str = ""
 
     async def create(self, count: int) -> None:
         for i in range(count):
@@ -69,7 +70,11 @@ class Setup:
 
     async def turn(self, i: int) -> None:
         client, session_id = self.sessions[i]
-        await client.turn(session_id)
+        try:
+            await client.turn(session_id)
+        except Exception as exc:  # closed_loop counts it; the first one is kept for the report
+            self.failure = self.failure or f"{type(exc).__name__}: {exc}"[:300]
+            raise
 
     def server_cpu(self) -> dict[int, float]:
         """CPU seconds by server process (a `--workers` supervisor and each of its workers)."""
@@ -150,6 +155,8 @@ async def _scale(setups: list[Setup], seconds: float, rounds: int) -> tuple[dict
                 figures[f"{setup.label}: PostgreSQL CPU %"] = round(100 * (db1 - db0) / wall, 1)
             key = f"{setup.label}: errors"
             figures[key] = figures.get(key, 0) + errors
+            if setup.failure:
+                figures[f"{setup.label}: first error"] = setup.failure
     return {label: _median(values) for label, values in rates.items()}, figures
 
 
