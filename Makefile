@@ -55,7 +55,7 @@ $(BIN)/grpcurl:
 $(BIN)/ghz:
 	go install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
 
-# PostgreSQL for the store's tests (tests/support/postgres.py starts a throwaway cluster from these binaries).
+# PostgreSQL for the store's tests and the scaleout benchmark (tests/support/pg_cluster.py starts a throwaway cluster from these binaries).
 .PHONY: postgres
 postgres: ## Install PostgreSQL (Debian's postgresql package) when initdb is not on PATH nor under /usr/lib/postgresql.
 	@if command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from bench import capacity, resume, turns
+from bench import capacity, resume, scaleout, turns
 from bench.common import BenchFn, make_context, pin_self, plan_cpus, print_report, write_result
 from bench.report import print_table, write_summary
 
@@ -36,6 +36,9 @@ BENCHMARKS: Final[dict[str, Benchmark]] = {
     "concurrency": Benchmark(capacity.concurrency, "turns/s at 50 and 200 concurrent sessions; loop lag p99"),
     "resume": Benchmark(resume.resume, "first and second turn on a 10,000-message session after a restart"),
     "memory": Benchmark(capacity.memory, "RSS per idle loaded session (1,000) and per open watch stream"),
+    "scaleout": Benchmark(
+        scaleout.scaleout, "turns/s with 1/2/4 workers (SQLite) and 1/2 replicas (PostgreSQL); PostgreSQL cost per turn"
+    ),
 }
 
 

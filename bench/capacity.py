@@ -44,7 +44,7 @@ from general_agent.v1 import turn_pb2
 LEVELS: Final = (50, 200)
 
 
-async def _closed_loop(count: int, seconds: float, turn: Callable[[int], Awaitable[None]]) -> tuple[float, int]:
+async def closed_loop(count: int, seconds: float, turn: Callable[[int], Awaitable[None]]) -> tuple[float, int]:
     """`count` tasks each running turns back to back for `seconds`: (completed turns/s, errors)."""
     done = errors = 0
     deadline = time.perf_counter() + seconds
@@ -107,15 +107,15 @@ async def concurrency(ctx: BenchContext) -> Result:
             base_rates: list[float] = []
             svc_rates: list[float] = []
             errors = [0, 0]
-            await _closed_loop(count, 0.3, svc_turn)  # warm-up
-            await _closed_loop(count, 0.3, base_turn)
+            await closed_loop(count, 0.3, svc_turn)  # warm-up
+            await closed_loop(count, 0.3, base_turn)
             for _ in range(rounds):
-                rate, err = await _closed_loop(count, seconds, base_turn)
+                rate, err = await closed_loop(count, seconds, base_turn)
                 base_rates.append(rate)
                 errors[0] += err
                 _lag(service.pid, lag_file)
                 with MeasuredWindow(service, fake) as window:
-                    rate, err = await _closed_loop(count, seconds, svc_turn)
+                    rate, err = await closed_loop(count, seconds, svc_turn)
                 svc_rates.append(rate)
                 errors[1] += err
                 if count == LEVELS[-1]:

@@ -86,10 +86,10 @@ def pin_self(cpu: int) -> None:
 
 
 @contextlib.contextmanager
-def spawning_on(cpu: int) -> Iterator[None]:
-    """Temporarily pin this thread to `cpu` so a child spawned inside inherits that mask."""
+def spawning_on(cpu: int | tuple[int, ...]) -> Iterator[None]:
+    """Temporarily pin this thread to `cpu` (or to a set of cores) so a child spawned inside inherits that mask."""
     before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {cpu})
+    os.sched_setaffinity(0, {cpu} if isinstance(cpu, int) else set(cpu))
     try:
         yield
     finally:
@@ -117,6 +117,26 @@ def process_cpu_seconds(pid: int) -> float:
     fields = stat[stat.rindex(")") + 2 :].split()
     # After "pid (comm) ", field 3 (state) is index 0; utime/stime are fields 14/15.
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its live descendants (a `--workers` supervisor's workers, a postmaster's backends)."""
+    found = [pid]
+    for parent in found:
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{parent}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def tree_cpu_seconds(pid: int) -> dict[int, float]:
+    """CPU seconds of `pid` and of each live descendant (a process that exits meanwhile is left out)."""
+    cpu: dict[int, float] = {}
+    for member in process_tree(pid):
+        with contextlib.suppress(OSError):
+            cpu[member] = process_cpu_seconds(member)
+    return cpu
 
 
 def system_cpu_seconds() -> tuple[float, float]:
@@ -159,7 +179,7 @@ class BenchError(RuntimeError):
 
 @dataclass
 class ManagedProcess:
-    """A subprocess in its own process group, pinned to one core, that announces readiness in a file.
+    """A subprocess in its own process group, pinned to one core (or a set), that announces readiness in a file.
 
     `kill` takes down the whole group; it is safe to call more than once and is registered as a
     cleanup callback right after the start, so nothing leaks when the benchmark fails.
@@ -171,7 +191,7 @@ class ManagedProcess:
     cwd: Path
     log_path: Path
     ready_file: Path
-    cpu: int
+    cpu: int | tuple[int, ...]
     process: subprocess.Popen[bytes] | None = None
     ready: dict[str, Any] = field(default_factory=dict)
 
@@ -193,10 +213,10 @@ class ManagedProcess:
                 start_new_session=True,
             )
 
-    async def wait_ready(self) -> dict[str, Any]:
+    async def wait_ready(self, limit_s: float = READY_TIMEOUT) -> dict[str, Any]:
         """Poll for the ready file (written atomically by both the fake and the service)."""
         try:
-            async with asyncio.timeout(READY_TIMEOUT):
+            async with asyncio.timeout(limit_s):
                 while True:
                     if self.process is not None and self.process.poll() is not None:
                         raise BenchError(
@@ -210,7 +230,7 @@ class ManagedProcess:
                                 return data
                     await asyncio.sleep(0.02)
         except TimeoutError as exc:
-            raise BenchError(f"{self.name} not ready after {READY_TIMEOUT}s:\n{self.log_tail()}") from exc
+            raise BenchError(f"{self.name} not ready after {limit_s}s:\n{self.log_tail()}") from exc
 
     def check_alive(self) -> None:
         if self.process is not None and self.process.poll() is not None:
@@ -235,6 +255,21 @@ class ManagedProcess:
             os.killpg(process.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=10)
+
+
+def terminate_together(processes: Sequence[ManagedProcess], grace: float = 5.0) -> None:
+    """`kill` for several processes with one shared grace period: SIGTERM to every group first, so their
+    graceful shutdowns overlap instead of adding up."""
+    for proc in processes:
+        if proc.process is not None and proc.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in processes:
+        if proc.process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        proc.kill(grace=0.0)
 
 
 def service_env(base_url: str) -> dict[str, str]:

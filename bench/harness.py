@@ -14,6 +14,7 @@ import os
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, NamedTuple
@@ -21,7 +22,7 @@ from typing import Any, Final, NamedTuple
 import anthropic
 import grpc
 
-from bench.common import REPO, BenchError, ManagedProcess, service_env, stream_turn
+from bench.common import READY_TIMEOUT, REPO, BenchError, ManagedProcess, service_env, stream_turn
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_messages_pb2, session_pb2
 
 MODEL_REF: Final = "claude-haiku-4-5"  # no thinking by default: the first block is text
@@ -69,15 +70,17 @@ def fake_last(base_url: str) -> dict[str, Any]:
 async def start_bench_service(
     stack: contextlib.AsyncExitStack,
     workdir: Path,
-    cpu: int,
+    cpu: int | tuple[int, ...],
     base_url: str,
     *,
     state: Path | None = None,
     workspace: Path | None = None,
     lag_file: Path | None = None,
     extra_args: tuple[str, ...] = (),
+    ready_timeout: float = READY_TIMEOUT,
 ) -> tuple[ManagedProcess, str]:
-    """`general-agent serve` (through bench.serve_probe) on `cpu`; `state` may be reused across restarts."""
+    """`general-agent serve` (through bench.serve_probe) on `cpu` (a core or a set of cores); `state` may be
+    reused across restarts."""
     state = state or workdir / "state"
     workspace = workspace or workdir / "workspace"
     state.mkdir(exist_ok=True)
@@ -102,7 +105,7 @@ async def start_bench_service(
     )
     stack.callback(proc.kill)
     proc.start()
-    data = await proc.wait_ready()
+    data = await proc.wait_ready(ready_timeout)
     return proc, str(data["address"])
 
 
@@ -117,10 +120,10 @@ class TurnSample(NamedTuple):
 
 
 class ServiceClient:
-    """The service through the generated stubs over one channel."""
+    """The service through the generated stubs over one channel (`options`: its channel arguments)."""
 
-    def __init__(self, address: str) -> None:
-        self.channel = grpc.aio.insecure_channel(address)
+    def __init__(self, address: str, options: Sequence[tuple[str, Any]] = ()) -> None:
+        self.channel = grpc.aio.insecure_channel(address, options=options)
         self.stub = agent_service_pb2_grpc.AgentServiceStub(self.channel)
 
     async def create(self, model_ref: str = MODEL_REF) -> str:
