@@ -6,6 +6,7 @@ the tests that need it, loudly: it never skips them."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import glob
 import os
@@ -14,9 +15,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 CLUSTER_USER = "ga-pgtest"
@@ -93,6 +96,21 @@ class Cluster:
     @property
     def url(self) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+
+def fresh_database(url: str, prefix: str) -> str:
+    """The URL of a new, empty database on the cluster of `url` (one per test keeps their data apart)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+    async def create() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+
+    asyncio.run(create())
+    return url.rsplit("/", 1)[0] + "/" + name
 
 
 @pytest.fixture(scope="session")

@@ -42,6 +42,7 @@ from general_agent_server.store.port import (
     StoreError,
     WriteBatch,
 )
+from general_agent_server.store.wakeups import Subscription, WakeupHub, answer_topic, commands_topic, events_topic
 from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
 
 logger = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ class InMemorySessionStore:
         self.clock = clock
         self._t = Tables()
         self._open = False
+        # One process: a commit wakes this store's own waiters (store/wakeups.py).
+        self.wakeups = WakeupHub()
 
     # ------------------------------------------------------------------ life cycle
     async def open(self) -> None:
@@ -92,6 +95,8 @@ class InMemorySessionStore:
             logger.error("buffered write failed: %s", exc, extra={"category": "system"})
         else:
             tables.apply(_copy(batch))
+            if batch.events:
+                self.wakeups.wake(events_topic(batch.tenant, batch.session_id))
         await asyncio.sleep(0)
 
     async def flush(self) -> None:
@@ -271,11 +276,16 @@ class InMemorySessionStore:
         await asyncio.sleep(0)
 
     async def notify(self, tenant: str, session_id: str, sequence: int) -> None:
-        return None
+        self.wakeups.wake(events_topic(tenant, session_id))
+        await asyncio.sleep(0)
+
+    def subscribe(self, topic: str) -> Subscription:
+        return self.wakeups.subscribe(topic)
 
     # ------------------------------------------------------------------ relayed commands
     async def put_command(self, command: SessionCommand) -> None:
         self._tables().commands[(command.tenant, command.command_id)] = command
+        self.wakeups.wake(commands_topic())
         await asyncio.sleep(0)
 
     async def claim_commands(self, owner: str) -> list[SessionCommand]:
@@ -293,6 +303,7 @@ class InMemorySessionStore:
         commands = self._tables().commands
         if (command := commands.get((tenant, command_id))) is not None:
             commands[(tenant, command_id)] = replace(command, status=CommandStatus.DONE, result_json=result_json)
+            self.wakeups.wake(answer_topic(tenant, command_id))
         await asyncio.sleep(0)
 
     async def get_command(self, tenant: str, command_id: str) -> SessionCommand | None:
