@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TypeVar
 
 from general_agent_server.domain import codec
@@ -63,6 +63,7 @@ class InMemorySessionStore:
         self._open = False
         # One process: a commit wakes this store's own waiters (store/wakeups.py).
         self.wakeups = WakeupHub()
+        self._command_times: dict[Key, datetime] = {}
 
     # ------------------------------------------------------------------ life cycle
     async def open(self) -> None:
@@ -285,6 +286,7 @@ class InMemorySessionStore:
     # ------------------------------------------------------------------ relayed commands
     async def put_command(self, command: SessionCommand) -> None:
         self._tables().commands[(command.tenant, command.command_id)] = command
+        self._command_times[(command.tenant, command.command_id)] = datetime.now(UTC)
         self.wakeups.wake(commands_topic())
         await asyncio.sleep(0)
 
@@ -320,6 +322,19 @@ class InMemorySessionStore:
     async def delete_command(self, tenant: str, command_id: str) -> None:
         self._tables().commands.pop((tenant, command_id), None)
         await asyncio.sleep(0)
+
+    async def purge_commands(self, *, older_than: datetime) -> int:
+        tables, times = self._tables(), self._command_times
+        gone = [
+            key
+            for key, c in tables.commands.items()
+            if (c.tenant, c.session_id) not in tables.sessions
+            or (c.status is not CommandStatus.PENDING and times.get(key, older_than) < older_than)
+        ]
+        for key in gone:
+            del tables.commands[key]
+            times.pop(key, None)
+        return await self._read(len(gone))
 
     async def lease_holder(self, tenant: str, session_id: str) -> str:
         row = self._tables().sessions.get((tenant, session_id))

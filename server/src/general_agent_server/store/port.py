@@ -353,6 +353,12 @@ class CommandStore(Protocol):
         """The owner of the session's unexpired lease; "" when nobody holds one."""
         ...
 
+    async def purge_commands(self, *, older_than: datetime) -> int:
+        """Deletes, of all tenants, the CLAIMED and DONE commands created before `older_than` (their sender is
+        gone: a live one deletes the answer it reads) and every command whose session no longer exists; the
+        number deleted. PENDING commands of live sessions stay (their sender withdraws them)."""
+        ...
+
 
 class SessionStore(
     StoreLifecycle,

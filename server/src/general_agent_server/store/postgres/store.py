@@ -292,6 +292,11 @@ class PostgresSessionStore:
     async def delete_command(self, tenant: str, command_id: str) -> None:
         await self._operation(tenant, "", commands.DeleteCommand(command_id, only_pending=False))
 
+    async def purge_commands(self, *, older_than: datetime) -> int:
+        marker = commands.PurgeCommands(to_us(older_than))
+        await self._operation("", "", marker)
+        return marker.purged
+
     async def lease_holder(self, tenant: str, session_id: str) -> str:
         owner = await self._p().fetchval(commands.LEASE_SELECT, tenant, session_id, now_us())
         return "" if owner is None else str(owner)

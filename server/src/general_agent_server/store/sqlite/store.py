@@ -333,6 +333,11 @@ class SqliteSessionStore:
     async def delete_command(self, tenant: str, command_id: str) -> None:
         await self._run_operation(tenant, "", commands.DeleteCommand(command_id, only_pending=False))
 
+    async def purge_commands(self, *, older_than: datetime) -> int:
+        marker = commands.PurgeCommands(to_us(older_than))
+        await self._run_operation("", "", marker)
+        return marker.purged
+
     async def lease_holder(self, tenant: str, session_id: str) -> str:
         row = await self._fetch_one(commands.LEASE_SELECT, (tenant, session_id, commands.now_us()))
         return "" if row is None else str(row[0])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from general_agent_server.store.port import CommandStatus, SessionCommand, SessionStore, WriteBatch
 from general_agent_server.store.testing.base import StoreConformance, async_tests
 from general_agent_server.store.testing.factories import make_event, make_session, new_id, new_tenant
@@ -82,3 +84,32 @@ class CommandConformance(StoreConformance):
         finally:
             for subscription in (events, commands, answer):
                 subscription.close()
+
+    async def test_purge_drops_uncollected_answers_and_orphans_and_keeps_pending_commands(
+        self, store: SessionStore
+    ) -> None:
+        tenant, sid = new_tenant(), new_id()
+        await create(store, make_session(tenant, sid))
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=60)
+        done, claimed, pending, orphan = (
+            command(tenant, sid),
+            command(tenant, sid),
+            command(tenant, sid),
+            command(tenant, new_id()),
+        )
+        for sent in (done, claimed):
+            await store.put_command(sent)
+        await store.claim_commands("owner-a")
+        await store.finish_command(tenant, done.command_id, "{}")
+        for sent in (pending, orphan):
+            await store.put_command(sent)
+
+        async def kept() -> set[str]:
+            ids = [c.command_id for c in (done, claimed, pending, orphan)]
+            return {i for i in ids if await store.get_command(tenant, i) is not None}
+
+        now = datetime.now(UTC)
+        assert await store.purge_commands(older_than=now - timedelta(hours=1)) >= 1
+        assert await kept() == {done.command_id, claimed.command_id, pending.command_id}
+        assert await store.purge_commands(older_than=now + timedelta(hours=1)) >= 2
+        assert await kept() == {pending.command_id}
