@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import grpc
 import pytest
 
@@ -21,6 +19,7 @@ from general_agent.v1 import event_pb2, hosted_tool_pb2, session_pb2
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import turn_pb2 as turn_api
 from tests.support.events import last_of, text_of
+from tests.support.postgres import fresh_database
 from tests.support.replicas import Replicas
 from tests.support.rpc import (
     Stub,
@@ -44,18 +43,7 @@ def store_url(request: pytest.FixtureRequest) -> str:
     test session's PostgreSQL cluster (tests/support/postgres.py)."""
     if request.param == "sqlite":
         return ""
-    url: str = request.getfixturevalue("postgres_url")
-    name = f"replicas_{uuid.uuid4().hex[:12]}"
-
-    async def create() -> None:
-        conn = await asyncpg.connect(url)
-        try:
-            await conn.execute(f'CREATE DATABASE "{name}"')
-        finally:
-            await conn.close()
-
-    asyncio.run(create())
-    return url.rsplit("/", 1)[0] + "/" + name
+    return fresh_database(request.getfixturevalue("postgres_url"), "replicas")
 
 
 @pytest.fixture

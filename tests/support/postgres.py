@@ -3,11 +3,29 @@ PostgreSQL fails the tests that need it, loudly: it never skips them."""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from collections.abc import Iterator
 
+import asyncpg
 import pytest
 
 from tests.support.pg_cluster import ClusterError, throwaway_cluster
+
+
+def fresh_database(url: str, prefix: str) -> str:
+    """The URL of a new, empty database on the cluster of `url` (one per test keeps their data apart)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+    async def create() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+
+    asyncio.run(create())
+    return url.rsplit("/", 1)[0] + "/" + name
 
 
 @pytest.fixture(scope="session")

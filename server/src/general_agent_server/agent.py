@@ -100,7 +100,12 @@ class Agent:
         )
         self.run_slots = RunSlots(max_runs=settings.max_concurrent_runs, rules=settings.tenants)
         ownership = Ownership(store, settings)
-        self.relay = CommandRelay(store, owner=settings.replica_id, holding=lambda: ownership.holding)
+        self.relay = CommandRelay(
+            store,
+            owner=settings.replica_id,
+            holding=lambda: ownership.holding,
+            poll_seconds=settings.replica_poll_seconds,
+        )
         self.cache = SessionCache(
             SessionDeps(
                 store=store,

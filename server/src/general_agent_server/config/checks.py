@@ -43,6 +43,7 @@ def validate(settings: ServerSettings) -> None:
         "checkpoint_max_bytes",
         "hook_max_payload_bytes",
         "lease_ttl_seconds",
+        "replica_poll_seconds",
         "max_history_page_bytes",
     ):
         if getattr(settings, name) <= 0:

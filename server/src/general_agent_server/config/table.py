@@ -119,6 +119,12 @@ class ServerSettings(TrustSettings):
     lease_ttl_seconds: float = setting(
         60.0, "Seconds a session lease lasts unrenewed (held while a run is active, renewed every third of it)."
     )
+    replica_poll_seconds: float = setting(
+        0.05,
+        "Seconds between store reads while following another replica's run or waiting for a relayed command (ten"
+        " times that while the followed session is idle). With PostgreSQL, LISTEN/NOTIFY wakes them at once and"
+        " this is only the fallback for a missed notification; SQLite worker processes rely on it.",
+    )
     max_history_page_bytes: int = setting(4 * MIB, "Bytes of transcript entries one GetSessionHistory page carries.")
     max_idle_sessions: int = setting(1000, "Idle sessions kept loaded in memory (least recently used evicted first).")
     max_idle_session_bytes: int = setting(

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 from general_agent_server.domain.errors import ErrorCode, ServiceError
 from general_agent_server.runs.recovery import repair_abandoned_runs
@@ -23,6 +24,10 @@ from general_agent_server.sessions.settings import CoreSettings
 from general_agent_server.store.port import SessionStore
 
 logger = logging.getLogger(__name__)
+
+# A relayed command answered or claimed this long ago has no sender waiting any more (a sender reads its
+# answer within a poll interval, sessions/relay.py); the sweep purges it.
+COMMAND_RETENTION = timedelta(hours=1)
 
 _Key = tuple[str, str]
 
@@ -136,7 +141,12 @@ class Ownership:
                 self.lost(*key)
 
     async def sweep(self) -> int:
-        """Repairs the runs of dead owners whose leases have expired; the number repaired."""
+        """Repairs the runs of dead owners whose leases have expired, and purges relayed commands nobody will
+        collect (store/port.py, purge_commands); the number of runs repaired."""
+        try:
+            await self._store.purge_commands(older_than=datetime.now(UTC) - COMMAND_RETENTION)
+        except Exception:
+            logger.exception("purging relayed commands failed", extra={"category": "system"})
         try:
             return await repair_abandoned_runs(
                 self._store,

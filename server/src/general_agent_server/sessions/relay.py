@@ -3,7 +3,8 @@
 
 The replica a command arrives at writes it as a PENDING row (store/port.py, CommandStore) and waits, holding the
 session's command lock, so its own commands for the session still apply in order. The replica holding the
-session's lease claims the rows of its sessions every `POLL_SECONDS`, applies each as if it had arrived there,
+session's lease claims the rows of its sessions as soon as the store wakes it (store/wakeups.py: PostgreSQL's
+NOTIFY of the new row) or else every `poll_seconds` (`replica_poll_seconds`), applies each as if it had arrived there,
 under its own command lock, and writes the answer (the result, or the error to raise) back. While the command is
 still PENDING and nobody holds a live lease any more (the run ended, or its owner died and the lease expired) the
 sender withdraws it and applies it itself, after reading the session again (which repairs a dead owner's run).
@@ -24,11 +25,12 @@ from typing import Any
 
 from general_agent_server.domain.errors import ErrorCode, FieldViolation, ServiceError, session_not_found
 from general_agent_server.store.port import CommandStatus, SessionCommand, SessionStore
+from general_agent_server.store.wakeups import WakeupSubscription, answer_topic, commands_topic
 
 logger = logging.getLogger(__name__)
 
-# How often an owner looks for commands and a sender for the answer (a store read each, only while there is a
-# lease held or an answer awaited).
+# How often an owner looks for commands and a sender for the answer when no wake-up came (a store read each,
+# only while there is a lease held or an answer awaited); CommandRelay's `poll_seconds` replaces it.
 POLL_SECONDS = 0.05
 
 Body = dict[str, Any]
@@ -64,8 +66,11 @@ def raise_error(body: Body) -> None:
 class CommandRelay:
     """See the module docstring. `holding` says whether this replica holds any lease now."""
 
-    def __init__(self, store: SessionStore, *, owner: str, holding: Callable[[], bool]) -> None:
+    def __init__(
+        self, store: SessionStore, *, owner: str, holding: Callable[[], bool], poll_seconds: float = POLL_SECONDS
+    ) -> None:
         self._store = store
+        self._poll = poll_seconds
         self._owner = owner
         self._holding = holding
         self._server: asyncio.Task[None] | None = None
@@ -78,22 +83,26 @@ class CommandRelay:
         command = SessionCommand(
             tenant=tenant, session_id=session_id, command_id=command_id, body_json=json.dumps(body)
         )
-        await self._store.put_command(command)
-        try:
-            answer = await self._answer_of(tenant, session_id, command_id)
-        except asyncio.CancelledError:
-            # The caller went away: a command nobody claimed yet is taken back (best effort).
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._store.withdraw_command(tenant, command_id))
-            raise
+        # Subscribed before the row exists, so the answer's wake-up cannot come first.
+        with contextlib.closing(self._store.subscribe(answer_topic(tenant, command_id))) as wakeup:
+            await self._store.put_command(command)
+            try:
+                answer = await self._answer_of(tenant, session_id, command_id, wakeup)
+            except asyncio.CancelledError:
+                # The caller went away: a command nobody claimed yet is taken back (best effort).
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._store.withdraw_command(tenant, command_id))
+                raise
         if answer is not None:
             raise_error(answer)
         return answer
 
-    async def _answer_of(self, tenant: str, session_id: str, command_id: str) -> Body | None:
+    async def _answer_of(
+        self, tenant: str, session_id: str, command_id: str, wakeup: WakeupSubscription
+    ) -> Body | None:
         store = self._store
         while True:
-            await asyncio.sleep(POLL_SECONDS)
+            await wakeup.wait(self._poll)
             got = await store.get_command(tenant, command_id)
             if got is None:
                 raise session_not_found(session_id)  # deleted with its session
@@ -122,19 +131,23 @@ class CommandRelay:
         await asyncio.gather(*self._answering, return_exceptions=True)
 
     async def _serve(self, execute: Execute) -> None:
-        while True:
-            await asyncio.sleep(POLL_SECONDS)
-            if not self._holding():
-                continue
-            try:
-                claimed = await self._store.claim_commands(self._owner)
-            except Exception:
-                logger.exception("could not read relayed commands", extra={"category": "system"})
-                continue
-            for command in claimed:
-                task = asyncio.create_task(self._answer(execute, command), name=f"command-{command.command_id}")
-                self._answering.add(task)
-                task.add_done_callback(self._answering.discard)
+        with contextlib.closing(self._store.subscribe(commands_topic())) as wakeup:
+            while True:
+                await wakeup.wait(self._poll)
+                await self._claim(execute)
+
+    async def _claim(self, execute: Execute) -> None:
+        if not self._holding():
+            return
+        try:
+            claimed = await self._store.claim_commands(self._owner)
+        except Exception:
+            logger.exception("could not read relayed commands", extra={"category": "system"})
+            return
+        for command in claimed:
+            task = asyncio.create_task(self._answer(execute, command), name=f"command-{command.command_id}")
+            self._answering.add(task)
+            task.add_done_callback(self._answering.discard)
 
     async def _answer(self, execute: Execute, command: SessionCommand) -> None:
         try:

@@ -4,9 +4,10 @@
 While the session has subscribers here and no run of it executes here, a tail reads the session's event log after
 the last sequence it delivered and offers what it finds to the subscribers, exactly as stored (a replay from the
 log and the tail carry the same events byte for byte). Subscribers drop what they have seen already
-(runs/streams.py), so an event delivered both live here and by the tail reaches a stream once. It polls every
-`FAST_SECONDS` while another replica's run is active or events keep arriving, else every `IDLE_SECONDS`; it
-never slows a run (it only reads)."""
+(runs/streams.py), so an event delivered both live here and by the tail reaches a stream once. It reads again as
+soon as the store wakes it (store/wakeups.py: PostgreSQL's NOTIFY of another replica's commit), and otherwise
+every `replica_poll_seconds` while another replica's run is active or events keep arriving, else every
+`IDLE_FACTOR` times that; it never slows a run (it only reads)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ import weakref
 from general_agent_server.domain.session import SessionState
 from general_agent_server.sessions.loaded import LoadedSession
 from general_agent_server.store.port import StoreError
+from general_agent_server.store.wakeups import WakeupSubscription, events_topic
 
 logger = logging.getLogger(__name__)
 
-FAST_SECONDS = 0.05
-IDLE_SECONDS = 0.5
+IDLE_FACTOR = 10
 BATCH = 500
 
 
@@ -43,7 +44,14 @@ class RemoteTail:
         if session is None:
             return
         cursor = session.live_point
+        wakeup = session.store.subscribe(events_topic(session.tenant, session.session_id))
         del session
+        try:
+            await self._tail(cursor, wakeup)
+        finally:
+            wakeup.close()
+
+    async def _tail(self, cursor: int, wakeup: WakeupSubscription) -> None:
         while True:
             session = self._ref()
             if session is None or not session.ledger.has_subscribers:
@@ -67,5 +75,6 @@ class RemoteTail:
                     cursor = events[-1].sequence
                     session.ledger.deliver(events)
                 busy = bool(events) or session.record.state is SessionState.RUNNING
+            poll = session.settings.replica_poll_seconds
             del session
-            await asyncio.sleep(FAST_SECONDS if busy else IDLE_SECONDS)
+            await wakeup.wait(poll if busy else poll * IDLE_FACTOR)

@@ -57,6 +57,8 @@ class CoreSettings:
     approval_timeout: float
     memory_backend: str = "local"
     max_concurrent_runs: int = 0
+    # Store reads of a replica following another's run or waiting for relayed commands (remote_tail.py, relay.py).
+    replica_poll_seconds: float = 0.05
     # Per-tenant rules: exec, approval policy, limits (tenants/rules.py).
     tenants: TenantRules = field(default_factory=TenantRules)
     # Internal constants, not settings:

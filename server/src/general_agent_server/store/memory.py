@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TypeVar
 
 from general_agent_server.domain import codec
@@ -42,6 +42,7 @@ from general_agent_server.store.port import (
     StoreError,
     WriteBatch,
 )
+from general_agent_server.store.wakeups import Subscription, WakeupHub, answer_topic, commands_topic, events_topic
 from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
 
 logger = logging.getLogger(__name__)
@@ -60,6 +61,9 @@ class InMemorySessionStore:
         self.clock = clock
         self._t = Tables()
         self._open = False
+        # One process: a commit wakes this store's own waiters (store/wakeups.py).
+        self.wakeups = WakeupHub()
+        self._command_times: dict[Key, datetime] = {}
 
     # ------------------------------------------------------------------ life cycle
     async def open(self) -> None:
@@ -92,6 +96,8 @@ class InMemorySessionStore:
             logger.error("buffered write failed: %s", exc, extra={"category": "system"})
         else:
             tables.apply(_copy(batch))
+            if batch.events:
+                self.wakeups.wake(events_topic(batch.tenant, batch.session_id))
         await asyncio.sleep(0)
 
     async def flush(self) -> None:
@@ -271,11 +277,17 @@ class InMemorySessionStore:
         await asyncio.sleep(0)
 
     async def notify(self, tenant: str, session_id: str, sequence: int) -> None:
-        return None
+        self.wakeups.wake(events_topic(tenant, session_id))
+        await asyncio.sleep(0)
+
+    def subscribe(self, topic: str) -> Subscription:
+        return self.wakeups.subscribe(topic)
 
     # ------------------------------------------------------------------ relayed commands
     async def put_command(self, command: SessionCommand) -> None:
         self._tables().commands[(command.tenant, command.command_id)] = command
+        self._command_times[(command.tenant, command.command_id)] = datetime.now(UTC)
+        self.wakeups.wake(commands_topic())
         await asyncio.sleep(0)
 
     async def claim_commands(self, owner: str) -> list[SessionCommand]:
@@ -293,6 +305,7 @@ class InMemorySessionStore:
         commands = self._tables().commands
         if (command := commands.get((tenant, command_id))) is not None:
             commands[(tenant, command_id)] = replace(command, status=CommandStatus.DONE, result_json=result_json)
+            self.wakeups.wake(answer_topic(tenant, command_id))
         await asyncio.sleep(0)
 
     async def get_command(self, tenant: str, command_id: str) -> SessionCommand | None:
@@ -309,6 +322,19 @@ class InMemorySessionStore:
     async def delete_command(self, tenant: str, command_id: str) -> None:
         self._tables().commands.pop((tenant, command_id), None)
         await asyncio.sleep(0)
+
+    async def purge_commands(self, *, older_than: datetime) -> int:
+        tables, times = self._tables(), self._command_times
+        gone = [
+            key
+            for key, c in tables.commands.items()
+            if (c.tenant, c.session_id) not in tables.sessions
+            or (c.status is not CommandStatus.PENDING and times.get(key, older_than) < older_than)
+        ]
+        for key in gone:
+            del tables.commands[key]
+            times.pop(key, None)
+        return await self._read(len(gone))
 
     async def lease_holder(self, tenant: str, session_id: str) -> str:
         row = self._tables().sessions.get((tenant, session_id))

@@ -3,7 +3,8 @@
 A store keeps everything scoped by tenant: a read in one tenant never sees another's rows, and the same
 session id in two tenants names two independent sessions. The store is built for several replicas: every
 state write is a compare-and-set on the session `version`, the replica serving a session holds its lease,
-and `notify` is the seam through which another replica would learn of new events (a no-op in one process).
+and `notify` plus the wake-up seam (`Wakeups`, store/wakeups.py) are how another replica learns of a commit at
+once (PostgreSQL's LISTEN/NOTIFY; within one process, in-process wake-ups; polling stays the fallback).
 
 Implementations: `store.sqlite.SqliteSessionStore` (the server's) and `store.memory.InMemorySessionStore`
 (for in-process tests). Both pass the conformance suite in `store.testing`, and so must any other.
@@ -23,6 +24,7 @@ from general_agent_server.domain.history import HistoryMessage
 from general_agent_server.domain.records import IdempotencyRecord, RunRecord, ToolCallRecord
 from general_agent_server.domain.session import SessionMode, SessionRecord
 from general_agent_server.domain.transcript import TranscriptEntry
+from general_agent_server.store.wakeups import Wakeups
 from general_agent_server.workspace.checkpoints.recorder import CheckpointStore
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "StoreLifecycle",
     "StoreUnavailableError",
     "VersionConflictError",
+    "Wakeups",
     "WriteBatch",
     "session_ids",
 ]
@@ -300,7 +303,8 @@ class LeaseStore(Protocol):
         ...
 
     async def notify(self, tenant: str, session_id: str, sequence: int) -> None:
-        """Tells other replicas that events up to `sequence` are committed (no-op for one process)."""
+        """Tells every replica's waiters (Wakeups) that events up to `sequence` are committed. Stores also do this
+        by themselves for every batch with events, so a caller needs it only for commits they cannot see."""
         ...
 
 
@@ -349,6 +353,12 @@ class CommandStore(Protocol):
         """The owner of the session's unexpired lease; "" when nobody holds one."""
         ...
 
+    async def purge_commands(self, *, older_than: datetime) -> int:
+        """Deletes, of all tenants, the CLAIMED and DONE commands created before `older_than` (their sender is
+        gone: a live one deletes the answer it reads) and every command whose session no longer exists; the
+        number deleted. PENDING commands of live sessions stay (their sender withdraws them)."""
+        ...
+
 
 class SessionStore(
     StoreLifecycle,
@@ -361,9 +371,10 @@ class SessionStore(
     LeaseStore,
     CommandStore,
     CheckpointStore,
+    Wakeups,
     Protocol,
 ):
-    """Everything the server keeps: every protocol above and CheckpointStore (file checkpoints). A caller
+    """Everything the server keeps: every protocol above, CheckpointStore (file checkpoints) and Wakeups. A caller
     that needs one concern should depend on that protocol alone."""
 
 

@@ -80,3 +80,19 @@ COMMAND_SELECT = (
 LEASE_SELECT = (
     "SELECT lease_owner FROM sessions WHERE tenant=$1 AND session_id=$2 AND lease_owner!='' AND lease_expires_us>=$3"
 )
+
+# Answered or claimed commands their sender never collected (a live sender deletes the answer it reads), and
+# commands of sessions that are gone.
+PURGE_SQL = (
+    "DELETE FROM session_commands WHERE (status!='PENDING' AND create_time_us<$1) OR NOT EXISTS"
+    " (SELECT 1 FROM sessions s WHERE s.tenant=session_commands.tenant AND s.session_id=session_commands.session_id)"
+)
+
+
+@dataclass
+class PurgeCommands:
+    older_than_us: int
+    purged: int = 0
+
+    async def run(self, conn: Conn, batch: WriteBatch) -> None:
+        self.purged = int((await conn.execute(PURGE_SQL, self.older_than_us)).split()[-1])

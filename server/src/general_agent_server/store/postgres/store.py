@@ -4,6 +4,8 @@ use the pool and see committed data. The DSN's password never appears in logs or
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -20,17 +22,23 @@ from general_agent_server.observability.port import Observer
 from general_agent_server.store.port import ListCursor, SessionCommand, SessionQuery, StoreError, WriteBatch
 from general_agent_server.store.postgres import commands, reads, writes
 from general_agent_server.store.postgres.dsn import StoreDsn
+from general_agent_server.store.postgres.listener import CHANNEL, NOTIFY_SQL, Listener, payloads
 from general_agent_server.store.postgres.schema import migrate
 from general_agent_server.store.postgres.writer import PgWriter
 from general_agent_server.store.rows import SESSION_SELECT, command_from_row, now_us, record_from_row, to_us
+from general_agent_server.store.wakeups import Subscription, WakeupHub, events_topic
 from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
 
 
 class PostgresSessionStore:
     """See the module docstring."""
 
-    def __init__(self, dsn: StoreDsn, *, flush_interval: float = 0.02, pool_size: int = 8) -> None:
+    def __init__(self, dsn: StoreDsn, *, flush_interval: float = 0.02, pool_size: int = 8, notify: bool = True) -> None:
+        """`notify` off: no NOTIFY is sent (tests use it to show what polling alone delivers)."""
         self.dsn = dsn
+        self._notify = notify
+        self.wakeups = WakeupHub()
+        self._listener: Listener | None = None
         self._flush_interval = flush_interval
         self._pool_size = pool_size
         self._pool: asyncpg.Pool | None = None
@@ -51,10 +59,19 @@ class PostgresSessionStore:
             await pool.close()
             raise
         self._pool = pool
-        self._writer = PgWriter(pool, flush_interval=self._flush_interval)
+        self._writer = PgWriter(pool, flush_interval=self._flush_interval, notify=self._notify)
         self._writer.observer = self._observer
+        self._listener = Listener(self.dsn, self.wakeups)
+        self._listener.start()
+        # Commits from here on wake this store's waiters: LISTEN is in place before open returns (unless it
+        # cannot connect yet; it keeps trying, and polling covers the gap).
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._listener.connected.wait(), 10)
 
     async def close(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await listener.stop()
         writer, self._writer = self._writer, None
         if writer is not None:
             await writer.stop()
@@ -244,7 +261,12 @@ class PostgresSessionStore:
         await self._operation(tenant, session_id, writes.Lease(owner=owner, now_us=0, expires_us=0, release=True))
 
     async def notify(self, tenant: str, session_id: str, sequence: int) -> None:
-        return None
+        if self._notify:
+            wakeup = payloads([f"{events_topic(tenant, session_id)}\t{sequence}"])
+            await self._p().execute(NOTIFY_SQL, CHANNEL, wakeup)
+
+    def subscribe(self, topic: str) -> Subscription:
+        return self.wakeups.subscribe(topic)
 
     # ------------------------------------------------------------------ relayed commands
     async def put_command(self, command: SessionCommand) -> None:
@@ -269,6 +291,11 @@ class PostgresSessionStore:
 
     async def delete_command(self, tenant: str, command_id: str) -> None:
         await self._operation(tenant, "", commands.DeleteCommand(command_id, only_pending=False))
+
+    async def purge_commands(self, *, older_than: datetime) -> int:
+        marker = commands.PurgeCommands(to_us(older_than))
+        await self._operation("", "", marker)
+        return marker.purged
 
     async def lease_holder(self, tenant: str, session_id: str) -> str:
         owner = await self._p().fetchval(commands.LEASE_SELECT, tenant, session_id, now_us())

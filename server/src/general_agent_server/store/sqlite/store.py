@@ -43,6 +43,7 @@ from general_agent_server.store.sqlite.operations import (
 )
 from general_agent_server.store.sqlite.rows import fetch_all, list_sessions_query
 from general_agent_server.store.sqlite.writer import GroupCommitWriter
+from general_agent_server.store.wakeups import Subscription, WakeupHub, answer_topic, commands_topic, events_topic
 from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
 
 DB_FILE_NAME = "general-agent.sqlite3"
@@ -56,6 +57,7 @@ class SqliteSessionStore:
         self._busy_timeout_ms = busy_timeout_ms
         self._writer = GroupCommitWriter(path, flush_interval=flush_interval, busy_timeout_ms=busy_timeout_ms)
         self._reader: aiosqlite.Connection | None = None
+        self.wakeups = WakeupHub()
 
     @property
     def path(self) -> Path:
@@ -106,6 +108,8 @@ class SqliteSessionStore:
     # ------------------------------------------------------------------ writes
     async def write(self, batch: WriteBatch, *, durable: bool = True) -> None:
         await self._writer.submit(batch, durable=durable)
+        if batch.events:
+            self.wakeups.wake(events_topic(batch.tenant, batch.session_id))
 
     async def flush(self) -> None:
         await self._writer.submit(WriteBatch(tenant="", session_id=""))
@@ -297,11 +301,16 @@ class SqliteSessionStore:
         await self._run_operation(tenant, session_id, Lease(owner=owner, now_us=0, expires_us=0, release=True))
 
     async def notify(self, tenant: str, session_id: str, sequence: int) -> None:
-        return None
+        self.wakeups.wake(events_topic(tenant, session_id))
+
+    def subscribe(self, topic: str) -> Subscription:
+        # Wake-ups reach this process's waiters only; other processes on the file find commits by polling.
+        return self.wakeups.subscribe(topic)
 
     # ------------------------------------------------------------------ relayed commands
     async def put_command(self, command: SessionCommand) -> None:
         await self._run_operation(command.tenant, command.session_id, commands.PutCommand(command))
+        self.wakeups.wake(commands_topic())
 
     async def claim_commands(self, owner: str) -> list[SessionCommand]:
         marker = commands.ClaimCommands(owner)
@@ -310,6 +319,7 @@ class SqliteSessionStore:
 
     async def finish_command(self, tenant: str, command_id: str, result_json: str) -> None:
         await self._run_operation(tenant, "", commands.FinishCommand(command_id, result_json))
+        self.wakeups.wake(answer_topic(tenant, command_id))
 
     async def get_command(self, tenant: str, command_id: str) -> SessionCommand | None:
         row = await self._fetch_one(commands.COMMAND_SELECT, (tenant, command_id))
@@ -322,6 +332,11 @@ class SqliteSessionStore:
 
     async def delete_command(self, tenant: str, command_id: str) -> None:
         await self._run_operation(tenant, "", commands.DeleteCommand(command_id, only_pending=False))
+
+    async def purge_commands(self, *, older_than: datetime) -> int:
+        marker = commands.PurgeCommands(to_us(older_than))
+        await self._run_operation("", "", marker)
+        return marker.purged
 
     async def lease_holder(self, tenant: str, session_id: str) -> str:
         row = await self._fetch_one(commands.LEASE_SELECT, (tenant, session_id, commands.now_us()))

@@ -1,0 +1,121 @@
+"""Wake-ups from the store: code that waits for what another replica commits (sessions/remote_tail.py follows
+another replica's events, sessions/relay.py waits for relayed commands and their answers) subscribes to a topic
+and is woken as soon as the store learns of a commit on it, instead of waiting out its poll interval.
+
+A wake-up is a hint, never data: the woken code reads the store as it would after a poll, and polling stays the
+fallback, so a missed wake-up costs at most one poll interval. A subscription remembers a wake-up that arrived
+while nobody waited on it, so a commit between a read and the next `wait` is never lost.
+
+`WakeupHub` is the implementation within one process (the in-memory and SQLite stores wake their own process's
+waiters with it); the PostgreSQL store feeds the same hub from `LISTEN` (store/postgres/listener.py), so one
+replica's commit wakes every replica's waiters."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Protocol
+
+__all__ = [
+    "WAKE_ALL",
+    "Subscription",
+    "WakeupHub",
+    "WakeupSubscription",
+    "Wakeups",
+    "answer_topic",
+    "commands_topic",
+    "events_topic",
+]
+
+# A wake-up for every topic: sent when a specific one could not be (a payload too large, a reconnected listener
+# that may have missed some).
+WAKE_ALL = "*"
+
+
+def events_topic(tenant: str, session_id: str) -> str:
+    """New events of a session are committed."""
+    return f"e\t{tenant}\t{session_id}"
+
+
+def commands_topic() -> str:
+    """A relayed command was written for some session (its lease holder claims it)."""
+    return "c"
+
+
+def answer_topic(tenant: str, command_id: str) -> str:
+    """A relayed command was answered (its sender reads the answer)."""
+    return f"a\t{tenant}\t{command_id}"
+
+
+class WakeupSubscription(Protocol):
+    async def wait(self, seconds: float) -> bool:
+        """Returns True at the next wake-up of the topic (at once if one arrived since the last wait), False
+        after `seconds` without one."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Wakeups(Protocol):
+    """The store's wake-up seam (see the module docstring)."""
+
+    def subscribe(self, topic: str) -> WakeupSubscription: ...
+
+
+class Subscription:
+    """One waiter's subscription to a topic of a WakeupHub."""
+
+    def __init__(self, hub: WakeupHub, topic: str) -> None:
+        self._hub = hub
+        self.topic = topic
+        self._event = asyncio.Event()
+
+    def wake(self) -> None:
+        self._event.set()
+
+    async def wait(self, seconds: float) -> bool:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), seconds)
+        woken = self._event.is_set()
+        self._event.clear()
+        return woken
+
+    def close(self) -> None:
+        self._hub.unsubscribe(self)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class WakeupHub:
+    """Subscriptions by topic within one process; `wake` sets every subscription of a topic."""
+
+    def __init__(self) -> None:
+        self._topics: dict[str, set[Subscription]] = {}
+
+    def subscribe(self, topic: str) -> Subscription:
+        subscription = Subscription(self, topic)
+        self._topics.setdefault(topic, set()).add(subscription)
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        subscribers = self._topics.get(subscription.topic)
+        if subscribers is not None:
+            subscribers.discard(subscription)
+            if not subscribers:
+                del self._topics[subscription.topic]
+
+    def wake(self, topic: str) -> None:
+        if topic == WAKE_ALL:
+            self.wake_all()
+            return
+        for subscription in self._topics.get(topic, ()):
+            subscription.wake()
+
+    def wake_all(self) -> None:
+        for subscribers in self._topics.values():
+            for subscription in subscribers:
+                subscription.wake()
