@@ -28,6 +28,8 @@ PROTOC = $(PY) -m grpc_tools.protoc -I proto -I third_party/googleapis \
 GOOGLEAPIS_PROTOS := google/api/field_behavior.proto google/rpc/status.proto google/rpc/error_details.proto
 BREAKING_AGAINST ?= .git\#branch=main
 PYTEST_ARGS ?=
+# Test processes for the parallel part of `make test` (pytest-xdist); tests marked `serial` run after it, alone.
+TEST_WORKERS ?= auto
 
 .PHONY: help
 help: ## List the targets.
@@ -121,7 +123,8 @@ typecheck: $(VENV)/.installed ## mypy --strict on the hand-written packages.
 
 .PHONY: test
 test: install postgres ## Install everything (PostgreSQL too) and run the whole test suite.
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m 'not serial' $(PYTEST_ARGS)
+	$(PY) -m pytest -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: PYTEST_ARGS selected no serial test
 
 .PHONY: bench
 bench: install ## Run the benchmarks and print ratios against the bare SDK.

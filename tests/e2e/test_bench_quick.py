@@ -13,6 +13,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
+# Timed figures: `make test` runs these alone, after the parallel part (the `serial` marker, pyproject.toml).
+pytestmark = pytest.mark.serial
+
 
 @pytest.mark.timeout(900)
 def test_every_benchmark_runs_and_reports() -> None:

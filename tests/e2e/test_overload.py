@@ -12,10 +12,14 @@ import time
 from dataclasses import dataclass, field
 
 import grpc
+import pytest
 
 from general_agent.testing import FakeAnthropicThread, HangReply, TextReply
 from tests.support.rpc import Stub, connect, create_session, decode_error, read_until, rpc_error, turn_call
 from tests.support.subprocess_server import ServerProcesses, rss_bytes
+
+# Timed figures: `make test` runs these alone, after the parallel part (the `serial` marker, pyproject.toml).
+pytestmark = pytest.mark.serial
 
 CAPACITY = 4
 REFUSALS_PER_CALLER = 150  # CAPACITY callers past the bound: 600 refused turns
