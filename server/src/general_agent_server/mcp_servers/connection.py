@@ -9,7 +9,10 @@ CONNECTING until the tools are listed, READY, FAILED (with the error) when it ca
 
 With `trace_context` (tracing on), a call runs in the caller's context (its tool span current: the SDK sends
 each message in its sender's context) and every HTTP request gets that span's W3C trace context as headers; the
-connection's own requests (opening it, listing tools) get the context the connection was started in."""
+connection's own requests (opening it, listing tools) get the context the connection was started in.
+
+The SDK's client modules are imported by the first connection, in a thread, not at start-up: they take most of
+a second to import, and most servers never connect an MCP server."""
 
 from __future__ import annotations
 
@@ -22,18 +25,18 @@ import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import anyio
 import httpx2
 import mcp_types
-from mcp import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
 
 from general_agent_server.mcp_servers.config import McpServerSpec
 from general_agent_server.observability.tracing import inject_trace_context
 from general_agent_server.security.redaction import redact_text
+
+if TYPE_CHECKING:
+    from mcp import Client
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +126,9 @@ class McpConnection:
     # ------------------------------------------------------------------ the connection's task
     async def _run(self) -> None:
         try:
+            await asyncio.to_thread(_import_sdk)
+            from mcp import Client
+
             async with Client(self._transport(), read_timeout_seconds=self._call_timeout) as client:
                 self.tools = await _list_tools(client)
                 self.state = ServerState.READY
@@ -169,6 +175,9 @@ class McpConnection:
                 self._calls.put_nowait(None)
 
     def _transport(self) -> Any:
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+        from mcp.client.streamable_http import streamable_http_client
+
         spec = self.spec
         if spec.transport == "http":
             hooks = {"request": [_send_trace_context]} if self._trace_context else {}
@@ -213,6 +222,11 @@ class McpConnection:
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
+
+
+def _import_sdk() -> None:
+    import mcp.client.stdio
+    import mcp.client.streamable_http  # noqa: F401 - imported for the connection's later `from` imports
 
 
 async def _list_tools(client: Client) -> list[mcp_types.Tool]:
