@@ -232,19 +232,20 @@ def busy_turn(stub: Stub, session_id: str, text: str, policy: Any) -> asyncio.Ta
     return asyncio.create_task(read_until(call, "run_finished"))
 
 
+async def injected(stub: Stub, session_id: str) -> bool:
+    """Whether the session's history has an injected (steering) message yet."""
+    history = await stub.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=session_id))
+    return any(e.WhichOneof("entry") == "message" and e.message.injected for e in history.entries)
+
+
 async def test_a_steer_turn_on_one_replica_steers_and_follows_the_run_on_the_other(
     replicas: Replicas, fake_model_thread: FakeAnthropicThread
 ) -> None:
     async with one_session_on_two_replicas(replicas) as (stub_a, stub_b, sid):
         run = await start_hanging_run(stub_a, fake_model_thread, sid, "long task", then=[TextReply("Focused on Y.")])
         steering = busy_turn(stub_b, sid, "focus on Y", turn_api.BUSY_POLICY_STEER)
-
-        async def injected() -> bool:
-            history = await stub_a.GetSessionHistory(session_api.GetSessionHistoryRequest(session_id=sid))
-            return any(e.WhichOneof("entry") == "message" and e.message.injected for e in history.entries)
-
         deadline = time.monotonic() + 30
-        while not await injected():  # the steering message is committed by A (polled, bounded)
+        while not await injected(stub_a, sid):  # the steering message is committed by A (polled, bounded)
             assert time.monotonic() < deadline, "the steering message never reached the run"
             await asyncio.sleep(0.05)
         run.reply.release()
@@ -254,6 +255,40 @@ async def test_a_steer_turn_on_one_replica_steers_and_follows_the_run_on_the_oth
         assert "run_started" not in [e.WhichOneof("event") for e in steered]
         assert [p.text.text for p in last_of(steered, "message_injected").input] == ["focus on Y"]
         assert wire(steered) == wire([e for e in on_a if e.sequence >= steered[0].sequence])
+
+
+async def test_a_disconnect_cancels_the_run_its_stream_started_and_no_other_across_replicas(
+    replicas: Replicas, fake_model_thread: FakeAnthropicThread
+) -> None:
+    """on_disconnect CANCEL (the default) stops the runs a stream started, wherever the session is followed: a
+    STEER follower on B that goes away leaves A's run going; the StreamTurn that started a run on A going away
+    stops it CANCELLED, as a watcher on B sees, and the session is usable from B at once."""
+    async with one_session_on_two_replicas(replicas) as (stub_a, stub_b, sid):
+        run = await start_hanging_run(stub_a, fake_model_thread, sid, "long task", then=[TextReply("Focused.")])
+        options = turn_api.TurnOptions(busy_policy=turn_api.BUSY_POLICY_STEER)
+        request = turn_api.StreamTurnRequest(session_id=sid, input=text_input("focus"), options=options)
+        follower = stub_b.StreamTurn(request)
+        deadline = time.monotonic() + 30
+        while not await injected(stub_a, sid):  # the steering message is committed by A (polled, bounded)
+            assert time.monotonic() < deadline, "the steering message never reached the run"
+            await asyncio.sleep(0.05)
+        follower.cancel()
+        run.reply.release()
+        finished = last_of(await run.rest(), "run_finished")
+        assert finished.outcome == event_pb2.RUN_OUTCOME_COMPLETED
+        assert fake_model_thread.requests[-1].messages[-1]["content"][0]["text"] == "focus"
+
+        run = await start_hanging_run(stub_a, fake_model_thread, sid, "another long task")
+        watch = stub_b.WatchSession(turn_api.WatchSessionRequest(session_id=sid, after_sequence=run.seen[-1].sequence))
+        run.call.cancel()
+        seen_on_b = await asyncio.wait_for(read_until(watch, "run_finished"), 30)
+        watch.cancel()
+        finished = last_of(seen_on_b, "run_finished")
+        assert (finished.outcome, finished.reason) == (event_pb2.RUN_OUTCOME_STOPPED, event_pb2.RUN_REASON_CANCELLED)
+        assert {e.run_id for e in seen_on_b} == {run.run_id}
+        assert (await get_session(stub_b, sid)).state == session_pb2.SESSION_STATE_IDLE
+        fake_model_thread.enqueue(TextReply("still usable"))
+        assert text_of(await stream_turn(stub_b, sid, "again")) == "still usable"
 
 
 async def test_an_enqueued_turn_on_one_replica_runs_after_the_run_on_the_other(
