@@ -4,6 +4,7 @@ and supplies its recording and its next reply."""
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import json
 import math
@@ -38,18 +39,20 @@ class _ClientGone(Exception):
     """The client disconnected (or the server is stopping) while a stream was open."""
 
 
-class MessagesHandler:
-    """The HTTP side of :class:`FakeAnthropic`; the server supplies what is declared here."""
+class MessagesHandler(abc.ABC):
+    """The HTTP side of :class:`FakeAnthropic`; the server supplies the attributes and the abstract methods."""
 
     validate: bool
     prompt_cache: PromptCache | None
     _stopping: bool
 
+    @abc.abstractmethod
     def _record(self, rec: RecordedRequest, is_message: bool) -> None:
-        raise NotImplementedError
+        """Adds the request to the server's recording (to its messages requests too when `is_message`)."""
 
+    @abc.abstractmethod
     async def _next_reply(self, rec: RecordedRequest) -> ReplyLike:
-        raise NotImplementedError
+        """The reply for this request: the responder's, else the next enqueued one, else the default reply."""
 
     def _error(
         self,
