@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any, cast
 
 import grpc
 
@@ -14,6 +15,9 @@ from general_agent.testing import FakeAnthropic, HangReply, Reply, TextBlock, Te
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, hosted_tool_pb2, session_pb2
 from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.app import RunningServer
+from general_agent_server.domain.records import RunRecord
+from general_agent_server.runs.recovery import repair_abandoned_runs
+from general_agent_server.store.port import SessionStore
 from general_agent_server.store.sqlite import DB_FILE_NAME, SqliteSessionStore
 from tests.conftest import ServerFactory
 from tests.support.events import kinds, last_of, text_of
@@ -172,3 +176,61 @@ async def test_a_replica_starts_while_another_holds_the_lease_of_a_session_with_
             assert last_of(continued, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
     finally:
         await other.close()
+
+
+class _StaleSweepStore:
+    """The store as another replica's sweep sees it: the unfinished runs it listed earlier, and every lease it
+    takes recorded."""
+
+    def __init__(self, store: SqliteSessionStore, listed: list[RunRecord]) -> None:
+        self._store = store
+        self._listed = listed
+        self.taken: list[str] = []
+
+    async def list_unfinished_runs(self) -> list[RunRecord]:
+        return self._listed
+
+    async def acquire_lease(self, tenant: str, session_id: str, owner: str, *, ttl_seconds: float) -> bool:
+        taken = await self._store.acquire_lease(tenant, session_id, owner, ttl_seconds=ttl_seconds)
+        if taken:
+            self.taken.append(session_id)
+        return taken
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+async def test_a_sweep_working_from_an_older_list_never_takes_the_lease_of_a_run_that_has_ended(
+    server_factory: ServerFactory, fake_model: FakeAnthropic, tmp_path: Path
+) -> None:
+    """The spurious SESSION_BUSY of the scale-out bench: a replica's sweep listed another's run while it
+    executed, the run ended, and the sweep took the now free lease to repair it, so the owner's next turn was
+    refused ("has an active run") for the moment the sweeper held it."""
+    state = tmp_path / "shared-state"
+    first = await server_factory({"GENERAL_AGENT_REPLICA_ID": "replica-a"}, state_dir=state)
+    store = SqliteSessionStore(state / DB_FILE_NAME)
+    await store.open()
+    try:
+        async with grpc.aio.insecure_channel(first.address) as ca:
+            a = stub_of(ca)
+            sid = (await create_session(a)).identity.session_id
+            hang = HangReply(after_events=4, reply=TextReply("slow answer"))
+            fake_model.enqueue(hang)
+            running = turn_call(a, sid, "long task")
+            await read_until(running, "assistant_delta")
+            listed = await store.list_unfinished_runs()
+            assert [run.session_id for run in listed] == [sid]
+            hang.release()
+            assert last_of([r.event async for r in running], "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
+
+            sweeper = _StaleSweepStore(store, listed)
+            repaired = await repair_abandoned_runs(
+                cast("SessionStore", sweeper), owner="replica-b", ttl_seconds=30, sequence_block=64
+            )
+            assert (repaired, sweeper.taken) == (0, [])
+            fake_model.enqueue(TextReply("next"))
+            assert (
+                last_of(await stream_turn(a, sid, "again"), "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
+            )
+    finally:
+        await store.close()

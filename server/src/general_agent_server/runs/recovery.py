@@ -63,13 +63,30 @@ async def repair_session(
     store: SessionStore, tenant: str, session_id: str, *, owner: str, ttl_seconds: float, sequence_block: int
 ) -> int:
     """Repairs the session's interrupted runs if its lease can be taken; the number repaired (0 while another
-    replica holds the lease). The lease is released afterwards: the repaired session is idle."""
+    replica holds the lease). The lease is released afterwards: the repaired session is idle.
+
+    The lease is taken only for a session seen RUNNING *after* its lease was seen free. A live owner holds the
+    lease from before its run is stored RUNNING until the run's terminal commit, so only an abandoned run
+    passes; a caller working from an older read (the sweep's list, a cached copy) would otherwise take the
+    lease of a run that has just ended, and the owner's next turn would be refused SESSION_BUSY for the
+    moment it holds it."""
+    if not await _abandoned(store, tenant, session_id, owner):
+        return 0
     if not await store.acquire_lease(tenant, session_id, owner, ttl_seconds=ttl_seconds):
         return 0
     try:
         return await repair_leased(store, tenant, session_id, sequence_block)
     finally:
         await store.release_lease(tenant, session_id, owner)
+
+
+async def _abandoned(store: SessionStore, tenant: str, session_id: str, owner: str) -> bool:
+    """Whether the session's run is left RUNNING with no live lease (or this owner's own, from before a
+    restart); read in this order (see repair_session)."""
+    if await store.lease_holder(tenant, session_id) not in ("", owner):
+        return False
+    session = await store.get_session(tenant, session_id)
+    return session is not None and session.state is SessionState.RUNNING
 
 
 async def repair_leased(store: SessionStore, tenant: str, session_id: str, sequence_block: int) -> int:
