@@ -56,25 +56,34 @@ class RemoteTail:
             session = self._ref()
             if session is None or not session.ledger.has_subscribers:
                 return
-            busy = False
             # What this replica published itself reached the subscribers already.
             cursor = max(cursor, session.ledger.last_published_sequence)
-            if not session.owns_run:
-                try:
-                    events = await session.store.read_events(
-                        session.tenant, session.session_id, after_sequence=cursor, limit=BATCH
-                    )
-                except StoreError:
-                    return  # the store is closing
-                except Exception:
-                    logger.exception("could not read the event log", extra={"category": "system"})
-                    events = []
-                published = session.ledger.last_published_sequence  # a run may have started here meanwhile
-                events = [e for e in events if e.sequence > published]
-                if events:
-                    cursor = events[-1].sequence
-                    session.ledger.deliver(events)
-                busy = bool(events) or session.record.state is SessionState.RUNNING
+            running_here = session.run.task if session.owns_run and session.run is not None else None
+            if running_here is not None:
+                # This replica's own events reach the subscribers from the ledger: nothing to read until the
+                # run's task ends here (its commits would wake every step of the loop below for nothing). While
+                # the run held the lease nobody else wrote the session, so every wake-up meanwhile was its own.
+                poll = session.settings.replica_poll_seconds
+                del session
+                await asyncio.wait((running_here,))
+                wakeup.clear()
+                await wakeup.wait(poll)
+                continue
+            try:
+                events = await session.store.read_events(
+                    session.tenant, session.session_id, after_sequence=cursor, limit=BATCH
+                )
+            except StoreError:
+                return  # the store is closing
+            except Exception:
+                logger.exception("could not read the event log", extra={"category": "system"})
+                events = []
+            published = session.ledger.last_published_sequence  # a run may have started here meanwhile
+            events = [e for e in events if e.sequence > published]
+            if events:
+                cursor = events[-1].sequence
+                session.ledger.deliver(events)
+            busy = bool(events) or session.record.state is SessionState.RUNNING
             poll = session.settings.replica_poll_seconds
             del session
             await wakeup.wait(poll if busy else poll * IDLE_FACTOR)

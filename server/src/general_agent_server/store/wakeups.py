@@ -13,7 +13,6 @@ replica's commit wakes every replica's waiters."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Protocol
 
 __all__ = [
@@ -53,6 +52,10 @@ class WakeupSubscription(Protocol):
         after `seconds` without one."""
         ...
 
+    def clear(self) -> None:
+        """Forgets a wake-up that arrived since the last wait (the waiter knows it was its own commits)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -63,22 +66,39 @@ class Wakeups(Protocol):
 
 
 class Subscription:
-    """One waiter's subscription to a topic of a WakeupHub."""
+    """One waiter's subscription to a topic of a WakeupHub (one coroutine waits on it at a time).
+
+    `wait` is a future and a timer handle rather than `asyncio.wait_for` over an Event, which costs a task per
+    call: the tails and the relay wait here several times per turn."""
 
     def __init__(self, hub: WakeupHub, topic: str) -> None:
         self._hub = hub
         self.topic = topic
-        self._event = asyncio.Event()
+        self._woken = False
+        self._waiter: asyncio.Future[None] | None = None
 
     def wake(self) -> None:
-        self._event.set()
+        self._woken = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def wait(self, seconds: float) -> bool:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._event.wait(), seconds)
-        woken = self._event.is_set()
-        self._event.clear()
+        if not self._woken:
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(seconds, _expire, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+        woken = self._woken
+        self._woken = False
         return woken
+
+    def clear(self) -> None:
+        self._woken = False
 
     def close(self) -> None:
         self._hub.unsubscribe(self)
@@ -88,6 +108,11 @@ class Subscription:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class WakeupHub:
