@@ -121,6 +121,9 @@ class SessionLedger:
         self.guard: Callable[[], None] = _no_guard
         # Set when a commit met another version: the copy is stale and must be read again before use.
         self.stale = False
+        # Set when a committed batch freed this replica's lease (a run's end or suspension): the lease needs no
+        # release of its own (sessions/replica_sync.py).
+        self.lease_released = False
         self._commit_lock = asyncio.Lock()
         self._commits_waiting = 0
         self._subscribers: list[Subscriber] = []
@@ -130,7 +133,7 @@ class SessionLedger:
         self._delta_window_open = False
         self._purged_at_sequence = 0
         self._purged_at_time = time.monotonic()
-        self._next_sequence = _first_sequence(record)
+        self._next_sequence = self._numbered_from = _first_sequence(record)
         # The newest event this copy published itself (another replica's come from the log: remote_tail.py).
         self.last_published_sequence = 0
 
@@ -138,7 +141,7 @@ class SessionLedger:
         """Takes the stored state read again (another replica changed the session); no commit is in flight."""
         self.record = record
         self.history = history
-        self._next_sequence = _first_sequence(record)
+        self._next_sequence = self._numbered_from = _first_sequence(record)
         self.stale = False
 
     @property
@@ -188,10 +191,16 @@ class SessionLedger:
             self._event_log.events(self.tenant, self.session_id, events)
         if events:
             self.last_published_sequence = max(self.last_published_sequence, events[-1].sequence)
-        self.deliver(events)
+        self._offer(events)
 
     def deliver(self, events: list[SequencedEvent]) -> None:
-        """Offers events to the subscribers only (another replica's, read from the log: it logged them)."""
+        """Offers events to the subscribers only (another replica's, read from the log: it logged them). An event
+        this copy numbered is left out: a read of the log can see this copy's commit before the commit's own
+        publish, which reaches the subscribers anyway."""
+        own_from, own_to = self._numbered_from, self._next_sequence
+        self._offer([e for e in events if not own_from <= e.sequence < own_to])
+
+    def _offer(self, events: list[SequencedEvent]) -> None:
         for subscriber in self._subscribers:
             for event in events:
                 subscriber.offer(event)
@@ -356,6 +365,8 @@ class SessionLedger:
             raise changed_elsewhere(self.session_id) from None
         self.record = record
         self.history = new_history
+        if batch.release_lease:
+            self.lease_released = True
         if transcript:
             self._exporter.append(self.tenant, self.session_id, transcript)
         session_log.committed(self.tenant, self.session_id, events, transcript)

@@ -81,6 +81,10 @@ class Ownership:
             raise held_elsewhere(session_id, self.ttl / 3)
         self._held.add(key)
 
+    def forget(self, tenant: str, session_id: str) -> None:
+        """The lease was freed by a commit already (the run's last batch): it is no longer held here."""
+        self._held.discard((tenant, session_id))
+
     def release(self, tenant: str, session_id: str) -> None:
         """Frees the lease in the background (a run's task is ending); the next take waits for it."""
         key = (tenant, session_id)

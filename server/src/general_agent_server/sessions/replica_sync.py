@@ -66,12 +66,19 @@ class ReplicaSync:
         ownership = session.deps.ownership
         if not ownership.holds(session.tenant, session.session_id):
             await ownership.take(session.tenant, session.session_id)
+            session.ledger.lease_released = False
 
     def disown_run(self) -> None:
-        """Releases the lease unless a run executes here."""
+        """Releases the lease unless a run executes here; without a store write of its own when the run's last
+        commit freed it in the same transaction (store/port.py, WriteBatch.release_lease)."""
         if not self.owns_run:
             session = self._session
-            session.deps.ownership.release(session.tenant, session.session_id)
+            ownership = session.deps.ownership
+            if session.ledger.lease_released:
+                session.ledger.lease_released = False
+                ownership.forget(session.tenant, session.session_id)
+            else:
+                ownership.release(session.tenant, session.session_id)
 
     async def revalidate(self) -> bool:
         """Compares the copy with the store's version and reads the session again when another replica changed

@@ -1,0 +1,53 @@
+"""The ledger's two ways to its subscribers: what it publishes itself, and what the remote tail reads from the
+log (sessions/remote_tail.py). A log read can see this copy's own commit before that commit's publish, so the
+tail's delivery leaves out what this copy numbered: a stream never gets an event twice."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from general_agent_server.domain.events import AssistantDelta
+from general_agent_server.exports.transcript_export import TranscriptExporter
+from general_agent_server.sessions.ledger import LedgerSettings, SessionLedger
+from general_agent_server.store.memory import InMemorySessionStore
+from general_agent_server.store.testing.factories import make_event, make_session
+
+
+def ledger(tmp_path: Path, last_sequence: int) -> SessionLedger:
+    record = replace(make_session("t", "s"), last_sequence=last_sequence)
+    settings = LedgerSettings(
+        sequence_block=4096,
+        subscriber_buffer=100,
+        replica_id="replica-a",
+        event_retention_count=0,
+        event_retention_seconds=0,
+    )
+    return SessionLedger(
+        record=record,
+        history=[],
+        store=InMemorySessionStore(),
+        exporter=TranscriptExporter(tmp_path),
+        event_log=None,
+        settings=settings,
+    )
+
+
+def drain(subscriber: object) -> list[int]:
+    items = getattr(subscriber, "_items")  # noqa: B009 (the buffer, read without awaiting)
+    return [e.sequence for e in items]
+
+
+def test_the_tail_leaves_out_what_this_copy_numbered_and_delivers_the_rest(tmp_path: Path) -> None:
+    book = ledger(tmp_path, last_sequence=10)
+    subscriber = book.subscribe()
+    own = [book.stamp("r", AssistantDelta(text=str(i))) for i in range(3)]
+    assert [e.sequence for e in own] == [11, 12, 13]
+    # The tail read the log after 10 and found this copy's commit (not yet published) and nothing else.
+    book.deliver([make_event("s", 11), make_event("s", 12)])
+    assert drain(subscriber) == []
+    book.publish(own)
+    assert drain(subscriber) == [11, 12, 13]
+    # What another replica numbered after this copy's range reaches the stream.
+    book.deliver([make_event("s", 13), make_event("s", 14), make_event("s", 15)])
+    assert drain(subscriber) == [11, 12, 13, 14, 15]
