@@ -7,8 +7,6 @@ sqlite3 connection, so a group commit is one hand-off to that thread, not one pe
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +17,7 @@ from general_agent_server.store.port import StoreError, StoreUnavailableError
 from general_agent_server.store.sqlite.batch import apply_write
 from general_agent_server.store.sqlite.migrations import migrate
 from general_agent_server.store.sqlite.operations import Operation
+from general_agent_server.store.sqlite.writer_thread import WriterThread
 
 T = TypeVar("T")
 
@@ -33,7 +32,7 @@ class GroupCommitWriter(GroupCommitLoop[Operation]):
         self._path = path
         self._busy_timeout_ms = busy_timeout_ms
         self._conn: sqlite3.Connection | None = None
-        self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-writer")
+        self._thread = WriterThread("sqlite-writer")
 
     # ------------------------------------------------------------------ life cycle
     async def connect(self) -> None:
@@ -46,10 +45,10 @@ class GroupCommitWriter(GroupCommitLoop[Operation]):
             await self._on_thread(conn.close)
 
     def shutdown(self) -> None:
-        self._thread.shutdown(wait=False)
+        self._thread.shutdown()
 
     async def _on_thread(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+        return await self._thread.run(fn, *args)
 
     def _open_connection(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
