@@ -65,8 +65,9 @@ class RunHost(Protocol):
     async def run_cancelled(self, run_id: str) -> None:
         """The run was stopped: what its tools started in the background dies with it."""
 
-    async def own_run(self) -> None:
-        """Takes the session's lease for a run continuing here (sessions/ownership.py)."""
+    async def own_run(self) -> int | None:
+        """Takes the session's lease for a run continuing here (sessions/ownership.py): the stored version read
+        with it, None when it was held already."""
 
     def disown_run(self) -> None:
         """Releases the session's lease unless a run executes here."""

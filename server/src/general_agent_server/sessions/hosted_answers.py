@@ -67,9 +67,9 @@ async def _resolving(session: CommandedSession) -> AsyncIterator[None]:
     """Resolving what a suspended run waits on (lock held): under the session's lease, taken before the state
     is read again, so two replicas never resolve or continue the same run at once (SESSION_BUSY while
     another replica holds it). Released afterwards unless the run continues here."""
-    await session.own_run()
+    taken = await session.own_run()
     try:
-        await session.sync.revalidate_locked()
+        await session.sync.revalidate_locked(taken)
         yield
     finally:
         session.disown_run()

@@ -174,8 +174,8 @@ class LiveSession:
     def runs_elsewhere(self) -> bool:
         return self.sync.runs_elsewhere
 
-    async def own_run(self) -> None:
-        await self.sync.own_run()
+    async def own_run(self) -> int | None:
+        return await self.sync.own_run()
 
     def disown_run(self) -> None:
         self.sync.disown_run()

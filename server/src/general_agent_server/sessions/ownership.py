@@ -71,15 +71,18 @@ class Ownership:
     def holds(self, tenant: str, session_id: str) -> bool:
         return (tenant, session_id) in self._held
 
-    async def take(self, tenant: str, session_id: str) -> None:
-        """Takes (or renews) the lease, or fails SESSION_BUSY while another replica holds a live one."""
+    async def take(self, tenant: str, session_id: str) -> int:
+        """Takes (or renews) the lease, or fails SESSION_BUSY while another replica holds a live one; the
+        session's stored version, read in the lease's own write."""
         key = (tenant, session_id)
         releasing = self._releasing.get(key)
         if releasing is not None:
             await asyncio.shield(releasing)
-        if not await self._store.acquire_lease(tenant, session_id, self.owner, ttl_seconds=self.ttl):
+        version = await self._store.take_lease(tenant, session_id, self.owner, ttl_seconds=self.ttl)
+        if version is None:
             raise held_elsewhere(session_id, self.ttl / 3)
         self._held.add(key)
+        return version
 
     def forget(self, tenant: str, session_id: str) -> None:
         """The lease was freed by a commit already (the run's last batch): it is no longer held here."""

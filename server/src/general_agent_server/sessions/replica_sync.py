@@ -59,14 +59,16 @@ class ReplicaSync:
             session = self._session
             raise held_elsewhere(session.session_id, session.settings.lease_ttl_seconds / 3)
 
-    async def own_run(self) -> None:
+    async def own_run(self) -> int | None:
         """Takes the session's lease for a run starting or continuing here (SESSION_BUSY while another replica
-        holds it)."""
+        holds it): the stored version read with the take (for `revalidate_locked`), None when it was held."""
         session = self._session
         ownership = session.deps.ownership
-        if not ownership.holds(session.tenant, session.session_id):
-            await ownership.take(session.tenant, session.session_id)
-            session.ledger.lease_released = False
+        if ownership.holds(session.tenant, session.session_id):
+            return None
+        version = await ownership.take(session.tenant, session.session_id)
+        session.ledger.lease_released = False
+        return version
 
     def disown_run(self) -> None:
         """Releases the lease unless a run executes here; without a store write of its own when the run's last
@@ -88,9 +90,10 @@ class ReplicaSync:
         async with self._lock:
             return await self.revalidate_locked()
 
-    async def revalidate_locked(self) -> bool:
-        """`revalidate` with the command lock already held."""
-        stored = await self._current()
+    async def revalidate_locked(self, taken_version: int | None = None) -> bool:
+        """`revalidate` with the command lock already held; `taken_version` is what `own_run` read with the
+        lease just now (a copy at that version is current without reading the row again)."""
+        stored = await self._current(taken_version)
         if stored is None:
             return False
         session = self._session
@@ -111,13 +114,19 @@ class ReplicaSync:
             await self.restore_stored_suspension()
         return True
 
-    async def _current(self) -> SessionRecord | None:
+    async def _current(self, taken_version: int | None = None) -> SessionRecord | None:
         """The stored record when it differs from this copy or says RUNNING elsewhere; None when the copy is
         current or a run executes here (this replica holds the lease: nobody else writes the session). NOT_FOUND
         once it is deleted."""
         if self.owns_run:
             return None
         session = self._session
+        if (
+            taken_version == session.record.version
+            and not session.ledger.stale
+            and session.record.state is not SessionState.RUNNING
+        ):
+            return None  # the version read with the lease, under it: the copy is current
         stored = await session.store.get_session(session.tenant, session.session_id)
         if stored is None:
             raise session_not_found(session.session_id)

@@ -78,13 +78,13 @@ async def _own_for_turn(session: CommandedSession) -> None:
     """Takes the lease, then reads the state again (so no other replica starts a run meanwhile). While
     another replica runs the session, its turn is refused as on one server: SESSION_BUSY with the run."""
     try:
-        await session.own_run()
+        taken = await session.own_run()
     except StoreUnavailableError:
         raise  # the store cannot take the lease's write now (disk full, locked): not another replica's run
     except ServiceError:
         await session.sync.revalidate_locked()
         raise busy_error(session) from None
-    await session.sync.revalidate_locked()
+    await session.sync.revalidate_locked(taken)
 
 
 async def admit_queued(session: CommandedSession, turn: TurnRequest, *, waited: bool) -> Admission | None:
@@ -121,9 +121,9 @@ async def start(session: CommandedSession, turn: TurnRequest, *, fresh: bool = F
     # Refused before anything is written or asked (the lease, hooks); released when the run's task ends.
     slot = slots.acquire(session.tenant) if slots is not None else None
     try:
-        await session.own_run()
+        taken = await session.own_run()
         try:
-            return await _start_owned(session, turn, credential, fresh=fresh, slot=slot)
+            return await _start_owned(session, turn, credential, fresh=fresh, slot=slot, taken=taken)
         finally:
             session.disown_run()
     except BaseException:
@@ -133,9 +133,16 @@ async def start(session: CommandedSession, turn: TurnRequest, *, fresh: bool = F
 
 
 async def _start_owned(
-    session: CommandedSession, turn: TurnRequest, credential: Credential, *, fresh: bool, slot: RunSlot | None
+    session: CommandedSession,
+    turn: TurnRequest,
+    credential: Credential,
+    *,
+    fresh: bool,
+    slot: RunSlot | None,
+    taken: int | None,
 ) -> ActiveRun:
-    if not fresh and await session.sync.revalidate_locked() and session.record.state is not SessionState.IDLE:
+    revalidated = not fresh and await session.sync.revalidate_locked(taken)
+    if revalidated and session.record.state is not SessionState.IDLE:
         raise busy_error(session)  # another replica started a run before this one took the lease
     admission = await prepare_admission(session, turn, credential, session.deps.event_log)
     run = admission.run

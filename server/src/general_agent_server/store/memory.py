@@ -262,13 +262,17 @@ class InMemorySessionStore:
 
     # ------------------------------------------------------------------ leases
     async def acquire_lease(self, tenant: str, session_id: str, owner: str, *, ttl_seconds: float) -> bool:
+        return await self.take_lease(tenant, session_id, owner, ttl_seconds=ttl_seconds) is not None
+
+    async def take_lease(self, tenant: str, session_id: str, owner: str, *, ttl_seconds: float) -> int | None:
         row = self._tables().sessions.get((tenant, session_id))
         now = self.clock()
-        acquired = row is not None and (row.lease_owner in ("", owner) or row.lease_expires < now)
-        if row is not None and acquired:
+        version: int | None = None
+        if row is not None and (row.lease_owner in ("", owner) or row.lease_expires < now):
             row.lease_owner, row.lease_expires = owner, now + ttl_seconds
+            version = row.record.version
         await asyncio.sleep(0)
-        return acquired
+        return version
 
     async def release_lease(self, tenant: str, session_id: str, owner: str) -> None:
         row = self._tables().sessions.get((tenant, session_id))

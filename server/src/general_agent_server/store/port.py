@@ -298,6 +298,11 @@ class LeaseStore(Protocol):
         """Takes or renews the session lease; False while another owner holds an unexpired one."""
         ...
 
+    async def take_lease(self, tenant: str, session_id: str, owner: str, *, ttl_seconds: float) -> int | None:
+        """`acquire_lease` that reads the session's version in the same write: the version when the lease is
+        taken or renewed, None while another owner holds an unexpired one (a run starting reads no row more)."""
+        ...
+
     async def release_lease(self, tenant: str, session_id: str, owner: str) -> None:
         """Frees the lease if `owner` holds it; does nothing otherwise."""
         ...

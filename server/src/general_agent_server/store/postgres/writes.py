@@ -173,7 +173,7 @@ class Lease:
     now_us: int
     expires_us: int
     release: bool = False
-    acquired: bool = False
+    version: int | None = None  # the session's, when the lease was taken
 
     async def run(self, conn: Conn, batch: WriteBatch) -> None:
         key = (batch.tenant, batch.session_id)
@@ -185,15 +185,15 @@ class Lease:
                 self.owner,
             )
             return
-        status = await conn.execute(
+        version = await conn.fetchval(
             "UPDATE sessions SET lease_owner=$1, lease_expires_us=$2 WHERE tenant=$3 AND session_id=$4"
-            " AND (lease_owner='' OR lease_owner=$1 OR lease_expires_us<$5)",
+            " AND (lease_owner='' OR lease_owner=$1 OR lease_expires_us<$5) RETURNING version",
             self.owner,
             self.expires_us,
             *key,
             self.now_us,
         )
-        self.acquired = status == "UPDATE 1"
+        self.version = None if version is None else int(version)
 
 
 @dataclass

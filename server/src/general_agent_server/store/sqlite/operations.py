@@ -69,7 +69,7 @@ class Lease:
     now_us: int
     expires_us: int
     release: bool = False
-    acquired: bool = False
+    version: int | None = None  # the session's, when the lease was taken
 
     def run(self, conn: sqlite3.Connection, batch: WriteBatch) -> None:
         key = (batch.tenant, batch.session_id)
@@ -80,12 +80,12 @@ class Lease:
                 (*key, self.owner),
             )
             return
-        cur = conn.execute(
+        row = conn.execute(
             "UPDATE sessions SET lease_owner=?, lease_expires_us=? WHERE tenant=? AND session_id=?"
-            " AND (lease_owner='' OR lease_owner=? OR lease_expires_us<?)",
+            " AND (lease_owner='' OR lease_owner=? OR lease_expires_us<?) RETURNING version",
             (self.owner, self.expires_us, *key, self.owner, self.now_us),
-        )
-        self.acquired = cur.rowcount == 1
+        ).fetchone()
+        self.version = None if row is None else int(row[0])
 
 
 @dataclass

@@ -292,10 +292,13 @@ class SqliteSessionStore:
 
     # ------------------------------------------------------------------ leases
     async def acquire_lease(self, tenant: str, session_id: str, owner: str, *, ttl_seconds: float) -> bool:
+        return await self.take_lease(tenant, session_id, owner, ttl_seconds=ttl_seconds) is not None
+
+    async def take_lease(self, tenant: str, session_id: str, owner: str, *, ttl_seconds: float) -> int | None:
         now_us = to_us(datetime.now(UTC))
         marker = Lease(owner=owner, now_us=now_us, expires_us=now_us + int(ttl_seconds * 1_000_000))
         await self._run_operation(tenant, session_id, marker)
-        return marker.acquired
+        return marker.version
 
     async def release_lease(self, tenant: str, session_id: str, owner: str) -> None:
         await self._run_operation(tenant, session_id, Lease(owner=owner, now_us=0, expires_us=0, release=True))

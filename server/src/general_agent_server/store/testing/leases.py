@@ -88,6 +88,18 @@ class LeaseConformance(StoreConformance):
         await store.release_lease(tenant, sid, "owner-a")
         assert await store.get_session(tenant, sid) == v2
 
+    async def test_taking_a_lease_reads_the_sessions_version_in_the_same_write(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        v1 = await create(store, make_session(tenant, sid, version=1))
+        assert await store.take_lease(tenant, sid, "owner-a", ttl_seconds=60) == v1.version
+        assert await store.take_lease(tenant, sid, "owner-b", ttl_seconds=60) is None  # held by A
+        v2 = bump(v1, state=SessionState.RUNNING)
+        await store.write(WriteBatch(tenant=tenant, session_id=sid, session=v2, release_lease="owner-a"))
+        # Released by the batch; the next take sees the version that batch committed.
+        assert await store.take_lease(tenant, sid, "owner-b", ttl_seconds=60) == v2.version
+        assert await store.take_lease(tenant, sid, "owner-b", ttl_seconds=60) == v2.version  # a renewal
+        assert await store.take_lease(tenant, new_id(), "owner-b", ttl_seconds=60) is None  # no such session
+
     async def test_notify_is_callable_and_returns_none(self, store: SessionStore) -> None:
         tenant, sid = new_tenant(), new_id()
         await create(store, make_session(tenant, sid))
