@@ -17,13 +17,16 @@ logger = logging.getLogger(__name__)
 
 COALESCE_SECONDS = 0.05
 
+_Key = tuple[str, str]
+
 
 class JsonlFiles:
     def __init__(self, root: Path, *, name: str) -> None:
         self._root = root
         self._name = name
-        self._pending: dict[Path, list[str]] = defaultdict(list)
-        self._truncate: set[Path] = set()
+        # Keyed by (tenant, session id): the path is built on the writing thread, not per appended turn.
+        self._pending: dict[_Key, list[str]] = defaultdict(list)
+        self._truncate: set[_Key] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -45,24 +48,22 @@ class JsonlFiles:
             self._task = None
 
     def append_lines(self, tenant: str, session_id: str, lines: Iterable[str]) -> None:
-        self._pending[self.path_for(tenant, session_id)].extend(lines)
+        self._pending[tenant, session_id].extend(lines)
         self._wake.set()
 
     def truncate(self, tenant: str, session_id: str) -> None:
-        path = self.path_for(tenant, session_id)
-        self._pending.pop(path, None)
-        self._truncate.add(path)
+        self._pending.pop((tenant, session_id), None)
+        self._truncate.add((tenant, session_id))
         self._wake.set()
 
     async def flush(self) -> None:
         await self._write_pending()
 
     async def delete(self, tenant: str, session_id: str) -> None:
-        path = self.path_for(tenant, session_id)
         async with self._io_lock:
-            self._pending.pop(path, None)
-            self._truncate.discard(path)
-            await asyncio.to_thread(path.unlink, missing_ok=True)
+            self._pending.pop((tenant, session_id), None)
+            self._truncate.discard((tenant, session_id))
+            await asyncio.to_thread(self.path_for(tenant, session_id).unlink, missing_ok=True)
 
     async def _write_loop(self) -> None:
         while True:
@@ -85,16 +86,15 @@ class JsonlFiles:
                 return
             pending, self._pending = dict(self._pending), defaultdict(list)
             truncate, self._truncate = set(self._truncate), set()
-            await asyncio.to_thread(_write_files, pending, truncate)
+            await asyncio.to_thread(self._write_files, pending, truncate)
 
-
-def _write_files(pending: dict[Path, list[str]], truncate: set[Path]) -> None:
-    for path in truncate:
-        if path not in pending:
-            _open_private(path, truncate=True).close()
-    for path, lines in pending.items():
-        with _open_private(path, truncate=path in truncate) as handle:
-            handle.write(_text(lines))
+    def _write_files(self, pending: dict[_Key, list[str]], truncate: set[_Key]) -> None:
+        for key in truncate:
+            if key not in pending:
+                _open_private(self.path_for(*key), truncate=True).close()
+        for key, lines in pending.items():
+            with _open_private(self.path_for(*key), truncate=key in truncate) as handle:
+                handle.write(_text(lines))
 
 
 def _text(lines: list[str]) -> str:

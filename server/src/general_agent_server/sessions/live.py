@@ -24,6 +24,7 @@ Concurrency guarantees:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
@@ -155,8 +156,10 @@ class LiveSession:
     def idle(self) -> bool:
         return self.run is None and not self.ledger.has_subscribers and self.users == 0 and not len(self._queue)
 
-    @property
+    @functools.cached_property
     def workspace(self) -> Path:
+        """Computed once: the settings, the tenant and the id of a loaded session never change (tools ask for
+        it on every turn)."""
         if self.settings.shared_workspace:
             return self.settings.workspace_dir
         return self.settings.workspace_dir / self.tenant / self.session_id
