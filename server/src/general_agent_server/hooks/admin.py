@@ -143,8 +143,7 @@ class HookAdmin:
         """The registrations of one scope, as stored."""
         return [
             HOOK_REGISTRATION.loads(document)
-            for owner, scope, _plugin, document in await self._store.list_hook_registrations()
-            if owner == tenant and scope == session_id
+            for _tenant, _session, _plugin, document in await self._store.list_hook_registrations((tenant, session_id))
         ]
 
     async def unregister(self, ctx: CallContext, plugin_id: str, session_id: str = "") -> bool:

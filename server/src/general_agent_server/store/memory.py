@@ -249,9 +249,10 @@ class InMemorySessionStore:
         await asyncio.sleep(0)
         return removed is not None
 
-    async def list_hook_registrations(self) -> list[tuple[str, str, str, str]]:
+    async def list_hook_registrations(self, scope: tuple[str, str] | None = None) -> list[tuple[str, str, str, str]]:
         hooks = self._tables().hooks
-        return await self._read([(*key, hooks[key]) for key in sorted(hooks)])
+        keys = sorted(k for k in hooks if scope is None or k[:2] == scope)
+        return await self._read([(*key, hooks[key]) for key in keys])
 
     # ------------------------------------------------------------------ idempotency
     async def get_idempotency(self, tenant: str, rpc: str, request_id: str) -> IdempotencyRecord | None:

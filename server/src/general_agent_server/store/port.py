@@ -271,8 +271,9 @@ class HookRegistrationStore(Protocol):
         """False when there was nothing to delete."""
         ...
 
-    async def list_hook_registrations(self) -> list[tuple[str, str, str, str]]:
-        """Every registration: (tenant, session_id, plugin_id, registration_json), in that order."""
+    async def list_hook_registrations(self, scope: tuple[str, str] | None = None) -> list[tuple[str, str, str, str]]:
+        """Every registration, or those of one `scope` (tenant, session_id; "" for the tenant's own), as
+        (tenant, session_id, plugin_id, registration_json), in that order."""
         ...
 
 

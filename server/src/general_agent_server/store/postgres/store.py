@@ -237,11 +237,14 @@ class PostgresSessionStore:
         await self._operation(tenant, session_id, marker)
         return marker.changed
 
-    async def list_hook_registrations(self) -> list[tuple[str, str, str, str]]:
-        rows = await self._p().fetch(
-            "SELECT tenant, session_id, plugin_id, registration_json FROM hook_registrations"
-            ' ORDER BY tenant COLLATE "C", session_id COLLATE "C", plugin_id COLLATE "C"'
-        )
+    async def list_hook_registrations(self, scope: tuple[str, str] | None = None) -> list[tuple[str, str, str, str]]:
+        select = "SELECT tenant, session_id, plugin_id, registration_json FROM hook_registrations"
+        if scope is None:
+            order = ' ORDER BY tenant COLLATE "C", session_id COLLATE "C", plugin_id COLLATE "C"'
+            rows = await self._p().fetch(select + order)
+        else:
+            scoped = ' WHERE tenant=$1 AND session_id=$2 ORDER BY plugin_id COLLATE "C"'
+            rows = await self._p().fetch(select + scoped, *scope)
         return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
 
     async def get_idempotency(self, tenant: str, rpc: str, request_id: str) -> IdempotencyRecord | None:

@@ -272,11 +272,12 @@ class SqliteSessionStore:
         await self._run_operation(tenant, session_id, marker)
         return marker.changed
 
-    async def list_hook_registrations(self) -> list[tuple[str, str, str, str]]:
-        rows = await self._fetch_all(
-            "SELECT tenant, session_id, plugin_id, registration_json FROM hook_registrations"
-            " ORDER BY tenant, session_id, plugin_id"
-        )
+    async def list_hook_registrations(self, scope: tuple[str, str] | None = None) -> list[tuple[str, str, str, str]]:
+        select = "SELECT tenant, session_id, plugin_id, registration_json FROM hook_registrations"
+        if scope is None:
+            rows = await self._fetch_all(select + " ORDER BY tenant, session_id, plugin_id")
+        else:
+            rows = await self._fetch_all(select + " WHERE tenant=? AND session_id=? ORDER BY plugin_id", scope)
         return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
 
     # ------------------------------------------------------------------ idempotency

@@ -29,6 +29,21 @@ class HookRegistrationConformance(StoreConformance):
         await store.delete_session(tenant, sid)
         assert [r for r in await store.list_hook_registrations() if r[0] == tenant] == []
 
+    async def test_registrations_are_listed_by_scope(self, store: SessionStore) -> None:
+        tenant, other, sid, sid2 = new_tenant(), new_tenant(), new_id(), new_id()
+        for t, s in ((tenant, sid), (tenant, sid2), (other, sid)):
+            await create(store, make_session(t, s))
+            await store.put_hook_registration(t, s, "b", "{}")
+            await store.put_hook_registration(t, s, "a", "{}")
+        await store.put_hook_registration(tenant, "", "wide", "{}")
+        assert await store.list_hook_registrations((tenant, sid)) == [
+            (tenant, sid, "a", "{}"),
+            (tenant, sid, "b", "{}"),
+        ]
+        assert await store.list_hook_registrations((tenant, "")) == [(tenant, "", "wide", "{}")]
+        assert await store.list_hook_registrations((tenant, new_id())) == []
+        assert [r[:2] for r in await store.list_hook_registrations((other, sid))] == [(other, sid), (other, sid)]
+
     async def test_create_with_batch_stores_the_sessions_hook_registrations(self, store: SessionStore) -> None:
         tenant, sid = new_tenant(), new_id()
         batch = WriteBatch(tenant=tenant, session_id=sid, hook_registrations=[("p1", '{"a": 1}'), ("p2", "{}")])
