@@ -1,9 +1,10 @@
 """The pre-encoded request body (model/wire_body.py) is what the plain SDK call would send.
 
-A conversation grows over several calls as a session's does (the same history objects passed again, so the
-encoder serves them from what it kept); at every call the Anthropic adapter's request and the plain
-`messages.create(stream=True)` with the same parameters both reach the fake Anthropic server, and the fake's
-recorded bodies must be equal as parsed JSON, with the same `anthropic-beta` and content type."""
+A conversation grows over several calls as a session's does (the same history objects passed again, with the
+session's history encoding, so the closed messages come from what it kept); at every call the Anthropic
+adapter's request and the plain `messages.create(stream=True)` with the same parameters both reach the fake
+Anthropic server, and the fake's recorded bodies must be equal as parsed JSON, with the same `anthropic-beta` and
+content type."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from general_agent_server.domain.content import ImagePart, TextPart
 from general_agent_server.domain.history import HistoryMessage
 from general_agent_server.domain.session import SessionConfig, ThinkingConfig, ThinkingMode
 from general_agent_server.model.anthropic import AnthropicModelClient
+from general_agent_server.model.history_encoding import HistoryEncoding
 from general_agent_server.model.port import Credential, ModelRequest
 from general_agent_server.model.request_builder import build_request, user_content_blocks
 from general_agent_server.model.wire_body import BodyEncoder, dumps
@@ -83,7 +85,13 @@ def conversation() -> list[list[HistoryMessage]]:
     ]
 
 
-def request_for(history: list[HistoryMessage], *, system: str, tools: list[dict[str, Any]]) -> ModelRequest:
+def request_for(
+    history: list[HistoryMessage],
+    *,
+    system: str,
+    tools: list[dict[str, Any]],
+    encoding: HistoryEncoding | None = None,
+) -> ModelRequest:
     return build_request(
         config=BUDGET,
         model_ref="anthropic/claude-haiku-4-5",
@@ -91,6 +99,7 @@ def request_for(history: list[HistoryMessage], *, system: str, tools: list[dict[
         history=history,
         tools=tools,
         max_tokens_cap=64_000,
+        encoding=encoding,
     )
 
 
@@ -100,7 +109,8 @@ async def server() -> AsyncIterator[fake.FakeAnthropic]:
         yield server
 
 
-async def test_every_call_sends_the_body_the_plain_sdk_call_sends(server: fake.FakeAnthropic) -> None:
+@pytest.mark.parametrize("kept", [True, False], ids=["session-encoding", "no-encoding"])
+async def test_every_call_sends_the_body_the_plain_sdk_call_sends(server: fake.FakeAnthropic, kept: bool) -> None:
     credential = Credential(api_key="sk-ant-wire-body-test-0000", base_url=server.base_url)
     adapter = AnthropicModelClient(timeout_seconds=10, max_retries=0)
     plain = anthropic.AsyncAnthropic(
@@ -112,8 +122,10 @@ async def test_every_call_sends_the_body_the_plain_sdk_call_sends(server: fake.F
     calls = 0
     try:
         for system, tools in (("Be brief.", TOOLS), ("", [])):
+            encoding = HistoryEncoding() if kept else None
             for history in conversation():
-                request = request_for(history, system=system, tools=tools)
+                request = request_for(history, system=system, tools=tools, encoding=encoding)
+                assert (request.encoded_prefix is not None) == (kept and len(history) > 2)
                 events = [e async for e in adapter.stream(request, credential)]
                 assert events, "the adapter's call streamed nothing"
                 stream = await plain.messages.create(**sdk_params(request), stream=True)
@@ -133,24 +145,18 @@ async def test_every_call_sends_the_body_the_plain_sdk_call_sends(server: fake.F
     assert with_tools.body["tools"][-1]["cache_control"] == {"type": "ephemeral"}
 
 
-def test_kept_pieces_are_reused_and_the_breakpoint_copy_is_not_kept() -> None:
-    encoder = BodyEncoder()
-    histories = conversation()
-    first = encoder.body(request_for(histories[3], system="s", tools=TOOLS))
-    kept = encoder.kept_bytes
-    # The same request again: every piece comes from what was kept, nothing new is kept.
-    assert encoder.body(request_for(histories[3], system="s", tools=TOOLS)) == first
-    assert encoder.kept_bytes == kept
-    request = request_for(histories[4], system="s", tools=TOOLS)
-    assert encoder.body(request) == dumps(sdk_body(request))
-
-
-def test_over_its_budget_the_encoder_starts_again_and_still_encodes_correctly() -> None:
-    encoder = BodyEncoder(max_bytes=200)
-    for history in conversation():
-        request = request_for(history, system="s", tools=TOOLS)
+def test_a_tools_list_is_encoded_once_and_the_kept_lists_are_bounded() -> None:
+    encoder = BodyEncoder(max_tool_sets=2)
+    history = conversation()[1]
+    first = request_for(history, system="s", tools=TOOLS)
+    assert encoder.body(first) == dumps(sdk_body(first))
+    assert encoder.body(request_for(history, system="s", tools=TOOLS)) == dumps(sdk_body(first))
+    assert encoder.kept_tool_sets == 1  # the marked list of one tool set is one object (model/request_builder.py)
+    for extra in range(3):
+        tools = [*TOOLS, {"name": f"t{extra}", "description": "", "input_schema": {"type": "object"}}]
+        request = request_for(history, system="s", tools=tools)
         assert encoder.body(request) == dumps(sdk_body(request))
-        assert encoder.kept_bytes <= 200 + len(dumps(request.tools))
+        assert encoder.kept_tool_sets <= 2
 
 
 def sdk_body(request: ModelRequest) -> dict[str, Any]:

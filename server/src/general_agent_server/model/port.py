@@ -19,8 +19,20 @@ class Credential:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class EncodedPrefix:
+    """The first `count` messages of a request as the JSON the Messages API body carries them in (the messages
+    encoded compactly, in order, joined by commas), kept from earlier calls of the session
+    (model/history_encoding.py)."""
+
+    count: int
+    json: bytes
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ModelRequest:
-    """One Messages API call, already in the provider's wire shape."""
+    """One Messages API call, already in the provider's wire shape. `messages` is always the whole list;
+    `encoded_prefix`, when set, is the JSON of its first messages, which an adapter may send instead of
+    encoding them again."""
 
     model: str
     max_tokens: int
@@ -30,6 +42,7 @@ class ModelRequest:
     thinking: dict[str, Any] | None = None
     # `anthropic-beta` values the request needs (interleaved thinking for some families).
     betas: tuple[str, ...] = ()
+    encoded_prefix: EncodedPrefix | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

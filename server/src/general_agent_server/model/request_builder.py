@@ -17,10 +17,10 @@ from general_agent_server.model.catalog import (
     capabilities,
     provider_model_id,
 )
+from general_agent_server.model.history_encoding import HistoryEncoding, api_content
 from general_agent_server.model.port import ModelRequest
 
 _EPHEMERAL = {"type": "ephemeral"}
-_THINKING_TYPES = ("thinking", "redacted_thinking")
 
 
 def user_content_blocks(parts: Sequence[ContentPart]) -> tuple[dict[str, Any], ...]:
@@ -67,16 +67,9 @@ def history_messages(history: Sequence[HistoryMessage], model_ref: str) -> list[
     """The history as API messages: consecutive messages of one role merged (a failed call leaves two
     user messages in a row), thinking blocks kept only for the model family that wrote them."""
     family = capabilities(model_ref).family
-    same_family: dict[str, bool] = {}
     messages: list[dict[str, Any]] = []
     for message in history:
-        content = message.content
-        if message.role == "assistant" and message.model_ref:
-            same = same_family.get(message.model_ref)
-            if same is None:
-                same = same_family[message.model_ref] = capabilities(message.model_ref).family == family
-            if not same:
-                content = tuple(b for b in content if b.get("type") not in _THINKING_TYPES)
+        content = api_content(message, family)
         if not content:
             continue
         if messages and messages[-1]["role"] == message.role:
@@ -96,12 +89,25 @@ def build_request(
     max_tokens_cap: int,
     prepend_context: str = "",
     run_id: str = "",
+    encoding: HistoryEncoding | None = None,
 ) -> ModelRequest:
+    """`encoding`: the session's kept history encoding, extended by this call (model/history_encoding.py)."""
     max_tokens = effective_max_tokens(config, model_ref, max_tokens_cap)
+    prefix: list[dict[str, Any]] = []
+    encoded = None
+    if encoding is not None:
+        # What the prefix may cover: up to the last user message (it takes the cache breakpoint) and, with
+        # context to prepend, up to the run's first message (it takes the context).
+        stable = _last_user_index(history)
+        if prepend_context:
+            stable = min(stable, _first_index_of_run(history, run_id))
+        prefix, encoded, start = encoding.split(history, model_ref, stable)
+        history = history[start:]
     if prepend_context:
         history = _with_prepended_context(history, run_id, prepend_context)
-    messages = history_messages(history, model_ref)
-    _mark_cache_breakpoint(messages)
+    tail = history_messages(history, model_ref)
+    _mark_cache_breakpoint(tail)
+    messages = [*prefix, *tail] if prefix else tail
     system = [{"type": "text", "text": system_prompt, "cache_control": _EPHEMERAL}] if system_prompt else []
     thinking = thinking_param(config, model_ref, max_tokens)
     interleaved = thinking is not None and bool(tools) and capabilities(model_ref).interleaved_thinking_beta
@@ -115,7 +121,22 @@ def build_request(
         tools=tools,
         thinking=thinking,
         betas=(INTERLEAVED_THINKING_BETA,) if interleaved else (),
+        encoded_prefix=encoded if encoded is not None and encoded.count else None,
     )
+
+
+def _last_user_index(history: Sequence[HistoryMessage]) -> int:
+    for index in range(len(history) - 1, -1, -1):
+        if history[index].role == "user" and history[index].content:
+            return index
+    return 0
+
+
+def _first_index_of_run(history: Sequence[HistoryMessage], run_id: str) -> int:
+    for index, message in enumerate(history):
+        if message.run_id == run_id:
+            return index
+    return len(history)
 
 
 # A tool set's definitions list → that list with its cache breakpoint; one list object per tool set, so the body

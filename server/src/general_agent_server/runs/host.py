@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Protocol
 
 from general_agent_server.hooks.session_hooks import SessionHooks
+from general_agent_server.model.history_encoding import HistoryEncoding
 from general_agent_server.model.port import Credential, ModelClient
 from general_agent_server.runs.deadlines import Deadlines
 from general_agent_server.runs.state import ActiveRun
@@ -33,6 +34,10 @@ class RunHost(Protocol):
 
     @property
     def store(self) -> SessionStore: ...
+
+    @property
+    def history_encoding(self) -> HistoryEncoding:
+        """The session's model history as encoded by its earlier calls (model/history_encoding.py)."""
 
     @property
     def deadlines(self) -> Deadlines: ...

@@ -124,6 +124,7 @@ class ModelCall:
             max_tokens_cap=self._host.settings.max_tokens_cap,
             prepend_context=plan.prepend_context,
             run_id=self._run.run_id,
+            encoding=self._host.history_encoding,
         )
 
     async def call(self, request: ModelRequest, credential: Credential) -> MessageComplete | Compact | EndRun:

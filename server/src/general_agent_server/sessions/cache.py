@@ -194,7 +194,8 @@ class SessionCache:
         footprint = self._footprints.get(session)
         if footprint is None:
             footprint = self._footprints[session] = SessionFootprint()
-        size = footprint.estimate(session.record.config, session.history)
+        # The kept encoding of its history (model/history_encoding.py) is about as large as the history's JSON.
+        size = footprint.estimate(session.record.config, session.history) + session.history_encoding.kept_bytes
         self._unpark(key)
         self._idle[key] = session
         self._idle_sizes[key] = size

@@ -40,6 +40,7 @@ from general_agent_server.domain.records import CallResult
 from general_agent_server.domain.session import SessionRecord, SessionState
 from general_agent_server.hooks.session_hooks import SessionHooks
 from general_agent_server.mcp_servers.servers import SessionServers
+from general_agent_server.model.history_encoding import HistoryEncoding
 from general_agent_server.model.port import Credential, ModelClient
 from general_agent_server.runs.approvals import ApprovalAnswer
 from general_agent_server.runs.compaction import CompactionOutcome
@@ -90,6 +91,7 @@ class LiveSession:
             ),
         )
         self.hooks = SessionHooks(self.ledger, self.workspace, deps.hooks)
+        self.history_encoding = HistoryEncoding()
         self.ledger.transcript_filter = self.hooks.filter_transcript
         self._lock = asyncio.Lock()
         self.run: ActiveRun | None = None
