@@ -131,7 +131,8 @@ class RunControl:
     async def _follow_turn(
         self, session: LiveSession, parts: tuple[ContentPart, ...], options: TurnOptions, idem: Idempotency | None
     ) -> AsyncIterator[SequencedEvent]:
-        subscriber = session.subscribe()
+        # A run admitted here publishes every event of its own; a STEER turn may follow a run elsewhere.
+        subscriber = session.subscribe(follow_remote=False)
         run: ActiveRun | None = None
         delivered_end = False
         try:
@@ -140,6 +141,8 @@ class RunControl:
             followed = run.run_id if run is not None else admission.steered_run_id
             if not followed:
                 return
+            if run is None:
+                session.tail.ensure()
             injected = run is not None
             while (live := await subscriber.get()) is not None:
                 if live.run_id != followed:

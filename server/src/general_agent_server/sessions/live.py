@@ -198,9 +198,13 @@ class LiveSession:
         counter then sits at the end of the reserved block)."""
         return self.record.last_sequence if self.runs_elsewhere else self.ledger.last_assigned_sequence
 
-    def subscribe(self) -> Subscriber:
+    def subscribe(self, *, follow_remote: bool = True) -> Subscriber:
+        """A subscriber to the session's events; with `follow_remote`, another replica's runs reach it too
+        (sessions/remote_tail.py). A stream that will follow a run started here needs only this replica's events,
+        and asks for the tail (`tail.ensure`) only if it ends up following a run elsewhere."""
         subscriber = self.ledger.subscribe()
-        self.tail.ensure()  # another replica's runs reach this subscriber too (sessions/remote_tail.py)
+        if follow_remote:
+            self.tail.ensure()
         return subscriber
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
