@@ -10,7 +10,6 @@ applied."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -19,6 +18,7 @@ from typing import Generic, TypeVar
 
 from general_agent_server.observability.port import Observer
 from general_agent_server.store.port import StoreError, WriteBatch
+from general_agent_server.store.wakeups import Flag
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,8 @@ class GroupCommitLoop(ABC, Generic[Op]):
         self._flush_interval = flush_interval
         self._name = name
         self._queue: asyncio.Queue[QueuedWrite[Op] | None] = asyncio.Queue()
-        self._urgent = asyncio.Event()
+        # Woken by a write that must commit now (and at stop): a buffered group waits for it, or its interval.
+        self._urgent = Flag()
         self._task: asyncio.Task[None] | None = None
         # Told each group commit's latency and size (observability/port.py); None: nobody asks.
         self.observer: Observer | None = None
@@ -59,7 +60,7 @@ class GroupCommitLoop(ABC, Generic[Op]):
         if self._task is None:
             return
         await self._queue.put(None)
-        self._urgent.set()
+        self._urgent.wake()
         await self._task
         self._task = None
 
@@ -72,7 +73,7 @@ class GroupCommitLoop(ABC, Generic[Op]):
             return
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(QueuedWrite(batch, done, operation))
-        self._urgent.set()
+        self._urgent.wake()
         await done
 
     async def _loop(self) -> None:
@@ -82,10 +83,9 @@ class GroupCommitLoop(ABC, Generic[Op]):
             if first is None:
                 break
             group = [first]
-            if first.done is None and not self._urgent.is_set():
+            if first.done is None:
                 # Only buffered writes so far: give more a moment to arrive, unless one must commit now.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._urgent.wait(), self._flush_interval)
+                await self._urgent.wait(self._flush_interval)
             self._urgent.clear()
             while not self._queue.empty():
                 item = self._queue.get_nowait()

@@ -17,6 +17,7 @@ from typing import Protocol
 
 __all__ = [
     "WAKE_ALL",
+    "Flag",
     "Subscription",
     "WakeupHub",
     "WakeupSubscription",
@@ -65,17 +66,19 @@ class Wakeups(Protocol):
     def subscribe(self, topic: str) -> WakeupSubscription: ...
 
 
-class Subscription:
-    """One waiter's subscription to a topic of a WakeupHub (one coroutine waits on it at a time).
+class Flag:
+    """A wake-up one coroutine waits for with a timeout, remembered when it arrives while nobody waits.
 
     `wait` is a future and a timer handle rather than `asyncio.wait_for` over an Event, which costs a task per
-    call: the tails and the relay wait here several times per turn."""
+    call: the tails, the relay and the group-commit loop wait on one several times per turn."""
 
-    def __init__(self, hub: WakeupHub, topic: str) -> None:
-        self._hub = hub
-        self.topic = topic
+    def __init__(self) -> None:
         self._woken = False
         self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def woken(self) -> bool:
+        return self._woken
 
     def wake(self) -> None:
         self._woken = True
@@ -99,6 +102,15 @@ class Subscription:
 
     def clear(self) -> None:
         self._woken = False
+
+
+class Subscription(Flag):
+    """One waiter's subscription to a topic of a WakeupHub (one coroutine waits on it at a time)."""
+
+    def __init__(self, hub: WakeupHub, topic: str) -> None:
+        super().__init__()
+        self._hub = hub
+        self.topic = topic
 
     def close(self) -> None:
         self._hub.unsubscribe(self)
