@@ -137,6 +137,8 @@ class HookRegistry:
 
     def has_handlers(self, hooks: frozenset[str], *, tenant: str = "", session_id: str = "") -> bool:
         """A cheap test the hot paths use to skip building payloads nobody receives."""
+        if not self._handlers:
+            return False
         return any(
             h.hook in hooks
             and h.tenant in ("", tenant)
