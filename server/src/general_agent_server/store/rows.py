@@ -12,7 +12,14 @@ from typing import Any, Protocol
 from general_agent_server.domain import codec
 from general_agent_server.domain.events import SequencedEvent
 from general_agent_server.domain.records import IdempotencyRecord
-from general_agent_server.domain.session import SessionIdentity, SessionMode, SessionRecord, SessionState, Usage
+from general_agent_server.domain.session import (
+    SessionConfig,
+    SessionIdentity,
+    SessionMode,
+    SessionRecord,
+    SessionState,
+    Usage,
+)
 from general_agent_server.domain.transcript import TranscriptEntry
 from general_agent_server.store.port import CommandStatus, SessionCommand
 from general_agent_server.workspace.checkpoints.files import CheckpointFile
@@ -46,6 +53,26 @@ SESSION_SELECT = (
 )
 
 
+# A session's config JSON documents, by the config's identity: a config is frozen and replaced whole when it changes,
+# and every commit of a session rewrites its row, so most commits find their config here. The entry holds the config,
+# so its id is not reused while the entry exists. Read and written from the writer threads too (dict operations are
+# atomic; a race only encodes twice).
+_CONFIG_DOCUMENTS: dict[int, tuple[SessionConfig, str, str]] = {}
+_CONFIG_DOCUMENTS_MAX = 1024
+
+
+def _config_documents(config: SessionConfig) -> tuple[str, str]:
+    """`config_json` and `labels_json` of the row."""
+    kept = _CONFIG_DOCUMENTS.get(id(config))
+    if kept is not None and kept[0] is config:
+        return kept[1], kept[2]
+    documents = (codec.SESSION_CONFIG.dumps(config), json.dumps(dict(config.labels), sort_keys=True))
+    if len(_CONFIG_DOCUMENTS) >= _CONFIG_DOCUMENTS_MAX:
+        _CONFIG_DOCUMENTS.clear()
+    _CONFIG_DOCUMENTS[id(config)] = (config, *documents)
+    return documents
+
+
 def session_columns(record: SessionRecord) -> tuple[Any, ...]:
     """The sessions columns from tenant to version, in table order (create_time_us excluded)."""
     runtime = {
@@ -59,6 +86,7 @@ def session_columns(record: SessionRecord) -> tuple[Any, ...]:
         "last_compaction_us": to_us(record.last_compaction_time) if record.last_compaction_time else None,
         "approved_tools": list(record.approved_tools),
     }
+    config_json, labels_json = _config_documents(record.config)
     return (
         record.tenant,
         record.session_id,
@@ -66,8 +94,8 @@ def session_columns(record: SessionRecord) -> tuple[Any, ...]:
         record.identity.mode.value,
         record.parent_session_id,
         record.state.value,
-        codec.SESSION_CONFIG.dumps(record.config),
-        json.dumps(dict(record.config.labels), sort_keys=True),
+        config_json,
+        labels_json,
         json.dumps(runtime),
         record.last_sequence,
         record.sequence_reserved,
