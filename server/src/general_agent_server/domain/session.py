@@ -125,7 +125,8 @@ class HostedToolDefinition:
     timeout_seconds: float | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+# weakref_slot: the store keeps a config's encoded documents only while the config lives (store/rows.py).
+@dataclass(frozen=True, kw_only=True, slots=True, weakref_slot=True)
 class SessionConfig:
     """What a host configures on a session. Fields of capabilities that later releases serve (hosted
     tools, MCP, hook registrations) are kept as their JSON form so they round-trip unchanged."""

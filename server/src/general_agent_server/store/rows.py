@@ -5,6 +5,7 @@ transcript, event log, idempotency and checkpoint reads, each taken in its SELEC
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -54,22 +55,24 @@ SESSION_SELECT = (
 
 
 # A session's config JSON documents, by the config's identity: a config is frozen and replaced whole when it changes,
-# and every commit of a session rewrites its row, so most commits find their config here. The entry holds the config,
-# so its id is not reused while the entry exists. Read and written from the writer threads too (dict operations are
-# atomic; a race only encodes twice).
-_CONFIG_DOCUMENTS: dict[int, tuple[SessionConfig, str, str]] = {}
-_CONFIG_DOCUMENTS_MAX = 1024
+# and every commit of a session rewrites its row, so most commits find their config here. An entry lives as long as
+# its config (a weak reference whose callback drops it, before the id can be reused), so the cache never keeps a
+# config, or its system prompt, alive. Read and written from the writer threads too (dict operations are atomic; a
+# race only encodes twice). A large config (a long system prompt) is encoded at every commit instead: keeping its
+# JSON as long as the session lives would double what the session holds.
+_CONFIG_DOCUMENTS: dict[int, tuple[weakref.ref[SessionConfig], str, str]] = {}
+_CONFIG_DOCUMENTS_MAX_CHARS = 16 * 1024
 
 
 def _config_documents(config: SessionConfig) -> tuple[str, str]:
     """`config_json` and `labels_json` of the row."""
-    kept = _CONFIG_DOCUMENTS.get(id(config))
-    if kept is not None and kept[0] is config:
+    key = id(config)
+    kept = _CONFIG_DOCUMENTS.get(key)
+    if kept is not None and kept[0]() is config:
         return kept[1], kept[2]
     documents = (codec.SESSION_CONFIG.dumps(config), json.dumps(dict(config.labels), sort_keys=True))
-    if len(_CONFIG_DOCUMENTS) >= _CONFIG_DOCUMENTS_MAX:
-        _CONFIG_DOCUMENTS.clear()
-    _CONFIG_DOCUMENTS[id(config)] = (config, *documents)
+    if len(documents[0]) <= _CONFIG_DOCUMENTS_MAX_CHARS:
+        _CONFIG_DOCUMENTS[key] = (weakref.ref(config, lambda _: _CONFIG_DOCUMENTS.pop(key, None)), *documents)
     return documents
 
 
