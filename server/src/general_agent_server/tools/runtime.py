@@ -170,6 +170,26 @@ def cap_output(outcome: ToolOutcome, limit: int) -> ToolOutcome:
     return ToolOutcome(content=tuple(parts), details_json=outcome.details_json, is_error=outcome.is_error)
 
 
+# Definitions lists by the identities of the specs they were made from: sessions whose tools are the same spec objects
+# (every session of one mode offered the built-in tools) share one list, so a request body encodes it once per
+# process, not once per session (model/wire_body.py keeps encodings by list identity). An entry holds its specs, so
+# their ids are not reused while it exists.
+_SHARED_DEFINITIONS: dict[tuple[int, ...], tuple[tuple[ToolSpec, ...], list[dict[str, Any]]]] = {}
+_SHARED_DEFINITIONS_MAX = 256
+
+
+def _shared_definitions(specs: tuple[ToolSpec, ...]) -> list[dict[str, Any]]:
+    key = tuple(map(id, specs))
+    kept = _SHARED_DEFINITIONS.get(key)
+    if kept is not None:
+        return kept[1]
+    definitions = [spec.api_definition() for spec in specs]
+    if len(_SHARED_DEFINITIONS) >= _SHARED_DEFINITIONS_MAX:
+        _SHARED_DEFINITIONS.clear()
+    _SHARED_DEFINITIONS[key] = (specs, definitions)
+    return definitions
+
+
 class ToolSet:
     """The tools of one session: specs for the model, validators, and the local implementations."""
 
@@ -181,10 +201,10 @@ class ToolSet:
         self._definitions: list[dict[str, Any]] | None = None
 
     def definitions(self) -> list[dict[str, Any]]:
-        """The tools as the model is offered them: one list per set, shared by every call (never changed in place),
-        so a session's requests encode it once."""
+        """The tools as the model is offered them: one list per set of spec objects, shared by every call and every
+        session with those specs (never changed in place), so requests encode it once."""
         if self._definitions is None:
-            self._definitions = [spec.api_definition() for spec in self._specs.values()]
+            self._definitions = _shared_definitions(tuple(self._specs.values()))
         return self._definitions
 
     def names(self) -> list[str]:
