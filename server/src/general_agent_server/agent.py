@@ -74,6 +74,7 @@ class Agent:
     ) -> None:
         self.settings = settings
         self.store = store
+        self.credentials = credentials
         self.gate = ServingGate()
         self.exporter = exporter
         self.event_log = event_log

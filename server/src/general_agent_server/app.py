@@ -146,6 +146,7 @@ async def _start_parts(settings: ServerSettings, cleanup: contextlib.AsyncExitSt
     )
     if observer is not None:
         _observe(agent, store, observer, observability)
+    await model.warm(agent.credentials.configured())
     server = grpc.aio.server(
         interceptors=[*observability.server_interceptors(), *transport.interceptors(settings, observer)],
         options=transport.server_options(settings),

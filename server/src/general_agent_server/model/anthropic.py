@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
+import anyio
+import httpcore2
 import httpx2
 from anthropic.types import Message
 
@@ -33,6 +35,10 @@ from general_agent_server.model.request_log import log_model_request
 from general_agent_server.model.wire_body import BodyEncoder
 from general_agent_server.security.redaction import scrub
 from general_agent_server.sessions import session_log
+
+# httpcore2 is imported above, not left to the SDK's HTTP transport, which imports it when its first client is built:
+# ~120 ms that would stall the event loop at the first model call after a start, with every other session waiting.
+_EAGER = httpcore2
 
 
 class _Block:
@@ -122,6 +128,14 @@ class AnthropicModelClient:
         self._clients: dict[tuple[str, str], anthropic.AsyncAnthropic] = {}
         self._encoder = BodyEncoder()
         self._last: tuple[Credential, anthropic.AsyncAnthropic] | None = None
+
+    async def warm(self, credentials: list[Credential]) -> None:
+        """Before the server serves: builds the clients of `credentials` (each pool with its TLS context, ~20 ms) and
+        loads anyio's asyncio backend, which the SDK's transport loads at its first request (~10 ms), so a
+        session's first model call does not stall the event loop with them."""
+        for credential in credentials:
+            self._client(credential)
+        await anyio.lowlevel.checkpoint()
 
     def _client(self, credential: Credential) -> anthropic.AsyncAnthropic:
         last = self._last

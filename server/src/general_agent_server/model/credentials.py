@@ -91,6 +91,16 @@ class CredentialResolver:
         profile = self._server_default
         return profile if profile is not None and profile.allows(tenant) else None
 
+    def configured(self) -> list[Credential]:
+        """The credential of every configured profile with a key (the server default first), for warming their
+        clients before the server serves."""
+        profiles = [self._server_default, *self._profiles.values()]
+        return [
+            Credential(api_key=p.api_key, base_url=p.base_url, profile_id=p.profile_id)
+            for p in profiles
+            if p is not None and p.api_key
+        ]
+
     def secrets(self) -> list[str]:
         """Every configured key, for scrubbing."""
         keys = [p.api_key for p in self._profiles.values()]

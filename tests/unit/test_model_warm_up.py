@@ -1,0 +1,49 @@
+"""The model client is ready before the server serves: the first model call after a start must not import the SDK's
+HTTP stack or build the configured credential's client on the event loop (that took ~145 ms, stalling every other
+session). Checked in a fresh interpreter, since this test process has imported everything already."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from general_agent_server.app import RunningServer
+
+_PROBE = textwrap.dedent(
+    """
+    import asyncio, sys
+    from general_agent_server.model.anthropic import AnthropicModelClient
+    from general_agent_server.model.port import Credential
+
+    print("httpcore2 at import:", "httpcore2" in sys.modules)
+    client = AnthropicModelClient(timeout_seconds=10)
+    credential = Credential(api_key="sk-ant-warm-up-test-0000", base_url="http://127.0.0.1:9")
+
+    async def main():
+        print("anyio backend before warm:", "anyio._backends._asyncio" in sys.modules)
+        await client.warm([credential])
+        print("anyio backend after warm:", "anyio._backends._asyncio" in sys.modules)
+        built = client._client(credential)
+        print("client kept:", client._client(Credential(api_key=credential.api_key, base_url=credential.base_url))
+              is built and len(client._clients) == 1)
+        await client.close()
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_warm_up_imports_the_http_stack_and_builds_the_configured_clients() -> None:
+    out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, check=True, timeout=60).stdout
+    assert out.splitlines() == [
+        "httpcore2 at import: True",
+        "anyio backend before warm: False",
+        "anyio backend after warm: True",
+        "client kept: True",
+    ]
+
+
+async def test_a_started_server_has_built_its_default_credentials_client(server: RunningServer) -> None:
+    """The server's own default credential (ANTHROPIC_API_KEY here) has its client before health says SERVING."""
+    assert len(server.model._clients) == 1
