@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -229,9 +230,20 @@ def write_ready_file(path: str, address: str) -> None:
     temporary.replace(target)  # atomic: a watcher never reads half a file
 
 
+def freeze_start_up() -> int:
+    """Moves what start-up built (modules, classes, the tool catalog: most of the heap, alive as long as the process)
+    out of the garbage collector's sight, so a full collection walks only what serving created: ~10 ms instead of
+    ~85 ms per full collection under 200 sessions (bench/README.md). Only the serving process calls it: frozen
+    objects are never collected, which suits start-up's, not a test process's. Answers how many were frozen."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
 async def serve(settings: ServerSettings) -> None:
     """Runs until SIGTERM or SIGINT, then shuts down gracefully."""
     running = await start_server(settings)
+    freeze_start_up()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

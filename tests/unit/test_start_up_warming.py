@@ -1,6 +1,7 @@
-"""The model client is ready before the server serves: the first model call after a start must not import the SDK's
+"""What the serving process does before it serves: the first model call after a start must not import the SDK's
 HTTP stack or build the configured credential's client on the event loop (that took ~145 ms, stalling every other
-session). Checked in a fresh interpreter, since this test process has imported everything already."""
+session), and what start-up built is frozen out of the garbage collector's sight. Checked in fresh interpreters,
+since this test process has imported everything already (and must not freeze its objects)."""
 
 from __future__ import annotations
 
@@ -47,3 +48,13 @@ def test_warm_up_imports_the_http_stack_and_builds_the_configured_clients() -> N
 async def test_a_started_server_has_built_its_default_credentials_client(server: RunningServer) -> None:
     """The server's own default credential (ANTHROPIC_API_KEY here) has its client before health says SERVING."""
     assert len(server.model._clients) == 1
+
+
+def test_the_serving_process_freezes_what_start_up_built() -> None:
+    probe = (
+        "import gc; from general_agent_server.app import freeze_start_up; "
+        "before = gc.get_freeze_count(); frozen = freeze_start_up(); "
+        "print(before == 0 and frozen > 10_000 and len(gc.get_objects()) < frozen // 10)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60).stdout
+    assert out.strip() == "True"
