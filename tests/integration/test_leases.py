@@ -52,9 +52,12 @@ async def test_an_idle_session_is_served_by_either_replica(
         events_b = await stream_turn(b, sid, "two")
         assert last_of(events_b, "run_finished").outcome == event_pb2.RUN_OUTCOME_COMPLETED
         assert [m["role"] for m in fake_model.requests[-1].messages] == ["user", "assistant", "user"]
-        # A's cached copy is stale: it reads the session again, and its numbering continues after B's events.
+        # A's cached copy is stale: its admission commit (which would take the lease) meets B's version and writes
+        # nothing, without asking the model; A then takes the lease, reads the session again, and its numbering
+        # continues after B's events.
         events_a = await stream_turn(a, sid, "three")
         assert text_of(events_a) == "from a again"
+        assert len(fake_model.requests) == 3
         assert [m["role"] for m in fake_model.requests[-1].messages] == ["user", "assistant"] * 2 + ["user"]
         assert events_a[0].sequence > events_b[-1].sequence
         on_a, on_b = await get_session(a, sid), await get_session(b, sid)

@@ -20,6 +20,7 @@ def ledger(tmp_path: Path, last_sequence: int) -> SessionLedger:
         sequence_block=4096,
         subscriber_buffer=100,
         replica_id="replica-a",
+        lease_ttl_seconds=30,
         event_retention_count=0,
         event_retention_seconds=0,
     )

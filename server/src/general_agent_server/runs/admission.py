@@ -42,13 +42,15 @@ class PreparedAdmission:
     # The transcript entries passed the write-path hooks already (before the model hooks, in hook order).
     filtered: bool
 
-    async def commit(self, ledger: SessionLedger) -> None:
+    async def commit(self, ledger: SessionLedger, *, take_lease: bool = False) -> None:
+        """`take_lease`: the session's lease is taken by this commit (sessions/turn_admission.py)."""
         await ledger.commit(
             events=[self.started],
             transcript=self.transcript,
             transcript_filtered=self.filtered,
             history=[self.user_message],
             runs=[self.run.record],
+            take_lease=take_lease,
             state=SessionState.RUNNING,
             active_run_id=self.run.run_id,
         )

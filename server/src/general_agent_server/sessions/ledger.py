@@ -78,8 +78,10 @@ def _no_guard() -> None:
 class LedgerSettings:
     sequence_block: int
     subscriber_buffer: int
-    # This replica's lease owner id: a commit that ends or suspends the run frees the lease with it.
+    # This replica's lease owner id: a commit that ends or suspends the run frees the lease with it, and an
+    # admission commit may take it (`commit(take_lease=True)`) for `lease_ttl_seconds`.
     replica_id: str
+    lease_ttl_seconds: float
     event_retention_count: int
     event_retention_seconds: float
 
@@ -273,11 +275,13 @@ class SessionLedger:
         derive: Derive | None = None,
         transcript_filtered: bool = False,
         idempotency: IdempotencyRecord | None = None,
+        take_lease: bool = False,
         **changes: object,
     ) -> None:
         """Commits one step atomically (compare-and-set on the session version), then publishes its events.
         `transcript_filtered`: the caller has passed the entries through the write-path hooks already (to keep
-        the hook order of a tool round)."""
+        the hook order of a tool round). `take_lease`: the step takes this replica's lease in its transaction, and
+        fails as a changed session does (SESSION_BUSY, the copy marked stale) while another replica holds it."""
 
         self.guard()
 
@@ -300,6 +304,7 @@ class SessionLedger:
                     tool_calls=tool_calls or [],
                     changes={**changes, **derive(self.record)} if derive is not None else changes,
                     idempotency=idempotency,
+                    take_lease=take_lease,
                 )
             finally:
                 self._commit_lock.release()
@@ -326,6 +331,7 @@ class SessionLedger:
         tool_calls: list[ToolCallRecord],
         changes: dict[str, object],
         idempotency: IdempotencyRecord | None,
+        take_lease: bool,
     ) -> None:
         # Nothing is stored or exported with a secret the server knows in it (model text and host input included).
         transcript, history, runs, tool_calls = redact((transcript, history, runs, tool_calls))
@@ -357,6 +363,8 @@ class SessionLedger:
             release_lease=self._settings.replica_id
             if self.record.state is SessionState.RUNNING and record.state is not SessionState.RUNNING
             else "",
+            take_lease=self._settings.replica_id if take_lease else "",
+            lease_ttl_seconds=self._settings.lease_ttl_seconds if take_lease else 0.0,
         )
         try:
             await self._store.write(batch)
@@ -367,6 +375,8 @@ class SessionLedger:
         self.history = new_history
         if batch.release_lease:
             self.lease_released = True
+        elif take_lease:
+            self.lease_released = False
         if transcript:
             self._exporter.append(self.tenant, self.session_id, transcript)
         session_log.committed(self.tenant, self.session_id, events, transcript)

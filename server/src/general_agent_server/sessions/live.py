@@ -85,6 +85,7 @@ class LiveSession:
             settings=LedgerSettings(
                 sequence_block=settings.sequence_block,
                 replica_id=settings.replica_id,
+                lease_ttl_seconds=settings.lease_ttl_seconds,
                 subscriber_buffer=settings.subscriber_buffer,
                 event_retention_count=settings.event_retention_count,
                 event_retention_seconds=settings.event_retention_seconds,

@@ -75,14 +75,22 @@ class Ownership:
         """Takes (or renews) the lease, or fails SESSION_BUSY while another replica holds a live one; the
         session's stored version, read in the lease's own write."""
         key = (tenant, session_id)
-        releasing = self._releasing.get(key)
-        if releasing is not None:
-            await asyncio.shield(releasing)
+        await self.settle(tenant, session_id)
         version = await self._store.take_lease(tenant, session_id, self.owner, ttl_seconds=self.ttl)
         if version is None:
             raise held_elsewhere(session_id, self.ttl / 3)
         self._held.add(key)
         return version
+
+    async def settle(self, tenant: str, session_id: str) -> None:
+        """Waits for a release of the session's lease still in flight, so it never frees a lease taken after it."""
+        releasing = self._releasing.get((tenant, session_id))
+        if releasing is not None:
+            await asyncio.shield(releasing)
+
+    def adopt(self, tenant: str, session_id: str) -> None:
+        """A commit took the lease (WriteBatch.take_lease): it is held here from now on, renewed with the others."""
+        self._held.add((tenant, session_id))
 
     def forget(self, tenant: str, session_id: str) -> None:
         """The lease was freed by a commit already (the run's last batch): it is no longer held here."""

@@ -52,18 +52,60 @@ async def admit(session: CommandedSession, turn: TurnRequest, policy: BusyPolicy
     if not session.owns_run:
         if policy is BusyPolicy.STEER and (steered := await _steer_elsewhere(session, turn)):
             return Admission(run=None, steered_run_id=steered)
+        if _admits_with_lease_in_commit(session):
+            try:
+                return await _start_leasing(session, _triggered(turn, policy), policy)
+            finally:
+                session.disown_run()
         await _own_for_turn(session)
     try:
-        if session.record.state is not SessionState.IDLE:
-            if policy is BusyPolicy.REJECT:
-                raise busy_error(session)
-            if policy is BusyPolicy.STEER:
-                return Admission(run=None, steered_run_id=await steering.commit_injection(session, turn.parts, None))
-            await steering.stop_run(session, RunReason.SUPERSEDED)
-        trigger = RunTrigger.STEER if policy is BusyPolicy.STEER else RunTrigger.TURN
-        return Admission(run=await start(session, replace(turn, trigger=trigger), fresh=True))
+        return await _admit_owned(session, turn, policy)
     finally:
         session.disown_run()
+
+
+async def _admit_owned(session: CommandedSession, turn: TurnRequest, policy: BusyPolicy) -> Admission:
+    """The busy policy applied with the lease held and the state current."""
+    if session.record.state is not SessionState.IDLE:
+        if policy is BusyPolicy.REJECT:
+            raise busy_error(session)
+        if policy is BusyPolicy.STEER:
+            return Admission(run=None, steered_run_id=await steering.commit_injection(session, turn.parts, None))
+        await steering.stop_run(session, RunReason.SUPERSEDED)
+    return Admission(run=await start(session, _triggered(turn, policy), fresh=True))
+
+
+def _triggered(turn: TurnRequest, policy: BusyPolicy) -> TurnRequest:
+    return replace(turn, trigger=RunTrigger.STEER if policy is BusyPolicy.STEER else RunTrigger.TURN)
+
+
+def _admits_with_lease_in_commit(session: CommandedSession) -> bool:
+    """Whether the turn starts a run from this copy as it is, so the admission commit itself may take the lease
+    (one transaction, not a lease write and then the admission's): an idle copy, not known to be stale, no stop
+    flag (a run stopped at its start commits without holding the lease). The commit's compare-and-set on the
+    version and on a free lease then decides as the lease write would have."""
+    record = session.record
+    return (
+        record.state is SessionState.IDLE
+        and session.run is None
+        and not record.stop_requested
+        and not session.ledger.stale
+    )
+
+
+async def _start_leasing(session: CommandedSession, turn: TurnRequest, policy: BusyPolicy) -> Admission:
+    """Starts a run whose admission commit takes the lease; the run's first model request waits for that commit.
+    When another replica changed the session or holds its lease meanwhile, the commit writes nothing (the model
+    hooks have been asked by then, the model has not), and the turn proceeds as on a copy known to be stale: the
+    lease taken on its own and the session read again under it."""
+    await session.deps.ownership.settle(session.tenant, session.session_id)
+    try:
+        return Admission(run=await start(session, turn, fresh=True, lease_in_commit=True))
+    except ServiceError:
+        if not session.ledger.stale:
+            raise
+    await _own_for_turn(session)
+    return await _admit_owned(session, turn, policy)
 
 
 async def _steer_elsewhere(session: CommandedSession, turn: TurnRequest) -> str:
@@ -110,9 +152,11 @@ def log_queued(session: CommandedSession) -> bool:
     return True
 
 
-async def start(session: CommandedSession, turn: TurnRequest, *, fresh: bool = False) -> ActiveRun:
+async def start(
+    session: CommandedSession, turn: TurnRequest, *, fresh: bool = False, lease_in_commit: bool = False
+) -> ActiveRun:
     """Admits a run: one commit holds the run row, the transcript entries, the user message and run_started.
-    With the stop flag set the run ends at once."""
+    With the stop flag set the run ends at once. `lease_in_commit`: that commit takes the lease (not held yet)."""
     session.deps.gate.check()
     credential = session.require_credential()
     if session.record.state is not SessionState.IDLE or session.run is not None:
@@ -121,9 +165,11 @@ async def start(session: CommandedSession, turn: TurnRequest, *, fresh: bool = F
     # Refused before anything is written or asked (the lease, hooks); released when the run's task ends.
     slot = slots.acquire(session.tenant) if slots is not None else None
     try:
-        taken = await session.own_run()
+        taken = None if lease_in_commit else await session.own_run()
         try:
-            return await _start_owned(session, turn, credential, fresh=fresh, slot=slot, taken=taken)
+            return await _start_owned(
+                session, turn, credential, fresh=fresh, slot=slot, taken=taken, lease_in_commit=lease_in_commit
+            )
         finally:
             session.disown_run()
     except BaseException:
@@ -140,6 +186,7 @@ async def _start_owned(
     fresh: bool,
     slot: RunSlot | None,
     taken: int | None,
+    lease_in_commit: bool,
 ) -> ActiveRun:
     revalidated = not fresh and await session.sync.revalidate_locked(taken)
     if revalidated and session.record.state is not SessionState.IDLE:
@@ -152,10 +199,22 @@ async def _start_owned(
         await admission.stopped_at_start(session.ledger)
         return run
     session.hold_slot(slot)
-    # The model request goes out while the admission commits (it only reads the history it is given); the
-    # driver emits nothing until `admitted` is set.
     session.run = run
     driver = RunDriver(session, run, first_history=[*session.history, admission.user_message])
+    if lease_in_commit:
+        # The commit may find the lease held elsewhere: nothing is asked of the model before it has landed.
+        try:
+            await admission.commit(session.ledger, take_lease=True)
+        except BaseException:
+            session.run = None
+            session.release_slot()
+            raise
+        session.deps.ownership.adopt(session.tenant, session.session_id)
+        run.task = asyncio.create_task(driver.execute(), name=f"run-{run.run_id}")
+        run.admitted.set()
+        return run
+    # The model request goes out while the admission commits (it only reads the history it is given); the
+    # driver emits nothing until `admitted` is set.
     run.task = asyncio.create_task(driver.execute(), name=f"run-{run.run_id}")
     try:
         await admission.commit(session.ledger)

@@ -88,14 +88,15 @@ class InMemorySessionStore:
     # ------------------------------------------------------------------ writes
     async def write(self, batch: WriteBatch, *, durable: bool = True) -> None:
         tables = self._tables()
+        now = self.clock()
         try:
-            tables.check(batch)
+            tables.check(batch, now=now)
         except StoreError as exc:
             if durable:
                 raise
             logger.error("buffered write failed: %s", exc, extra={"category": "system"})
         else:
-            tables.apply(_copy(batch))
+            tables.apply(_copy(batch), now=now)
             if batch.events:
                 self.wakeups.wake(events_topic(batch.tenant, batch.session_id))
         await asyncio.sleep(0)

@@ -51,8 +51,9 @@ class Tables:
     last_position: int = 0
 
     # ------------------------------------------------------------------ batches
-    def check(self, batch: WriteBatch, *, creating: SessionRecord | None = None) -> None:
-        """Raises what writing `batch` would raise; `creating` is a session inserted with it."""
+    def check(self, batch: WriteBatch, *, creating: SessionRecord | None = None, now: float = 0.0) -> None:
+        """Raises what writing `batch` would raise; `creating` is a session inserted with it; `now` is the store's
+        clock (leases)."""
         if batch.session is not None:
             record = batch.session
             key = (record.tenant, record.session_id)
@@ -62,18 +63,27 @@ class Tables:
             expected = record.version - 1
             if stored is None or stored.version != expected:
                 raise VersionConflictError(f"session {record.session_id!r}: expected stored version {expected}")
+            if (
+                batch.take_lease
+                and row is not None
+                and row.lease_owner not in ("", batch.take_lease)
+                and row.lease_expires >= now
+            ):
+                raise VersionConflictError(f"session {record.session_id!r}: another owner holds its lease")
         taken = set(self.events.get((batch.tenant, batch.session_id), {}))
         for event in batch.events:
             if event.sequence in taken:
                 raise StoreError(f"event sequence {event.sequence} of session {batch.session_id!r} is taken")
             taken.add(event.sequence)
 
-    def apply(self, batch: WriteBatch) -> None:
+    def apply(self, batch: WriteBatch, *, now: float = 0.0) -> None:
         """Writes a checked batch."""
         key = (batch.tenant, batch.session_id)
         if batch.session is not None:
             self.sessions[(batch.session.tenant, batch.session.session_id)].record = batch.session
         row = self.sessions.get(key)
+        if batch.take_lease and batch.session is not None and row is not None:
+            row.lease_owner, row.lease_expires = batch.take_lease, now + batch.lease_ttl_seconds
         if batch.release_lease and row is not None and row.lease_owner == batch.release_lease:
             row.lease_owner, row.lease_expires = "", 0.0
         if batch.replace_history:

@@ -129,6 +129,12 @@ class WriteBatch:
     # The owner whose session lease the batch frees (when its run ends or suspends), in the same transaction,
     # so no replica ever sees the run over while the lease still holds. Another owner's lease is left alone.
     release_lease: str = ""
+    # The owner that takes the session's lease with the batch, for `lease_ttl_seconds` (a run starting): with
+    # `session` set, the batch commits only while no other owner holds a live lease, or raises
+    # VersionConflictError as a stale version does, writing nothing. One transaction instead of a lease write
+    # followed by the step's own.
+    take_lease: str = ""
+    lease_ttl_seconds: float = 0.0
 
 
 class StoreLifecycle(Protocol):

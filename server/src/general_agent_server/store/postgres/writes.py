@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol, TypeAlias
 
 import asyncpg
@@ -32,6 +33,8 @@ async def apply_write(conn: Conn, batch: WriteBatch, operation: PgOperation | No
     tenant, sid = batch.tenant, batch.session_id
     if batch.session is not None:
         await _update_session(conn, batch.session)
+        if batch.take_lease:
+            await _take_lease(conn, batch)
     if batch.release_lease:
         await conn.execute(
             "UPDATE sessions SET lease_owner='', lease_expires_us=0 WHERE tenant=$1 AND session_id=$2"
@@ -64,6 +67,22 @@ async def apply_write(conn: Conn, batch: WriteBatch, operation: PgOperation | No
             ],
         )
     await _write_rows(conn, batch)
+
+
+async def _take_lease(conn: Conn, batch: WriteBatch) -> None:
+    """The lease for `batch.take_lease`, unless another owner holds a live one (then the transaction rolls back)."""
+    now_us = to_us(datetime.now(UTC))
+    status = await conn.execute(
+        "UPDATE sessions SET lease_owner=$1, lease_expires_us=$2 WHERE tenant=$3 AND session_id=$4"
+        " AND (lease_owner='' OR lease_owner=$1 OR lease_expires_us<$5)",
+        batch.take_lease,
+        now_us + int(batch.lease_ttl_seconds * 1_000_000),
+        batch.tenant,
+        batch.session_id,
+        now_us,
+    )
+    if status != "UPDATE 1":
+        raise VersionConflictError(f"session {batch.session_id!r}: another owner holds its lease")
 
 
 async def _update_session(conn: Conn, record: SessionRecord) -> None:

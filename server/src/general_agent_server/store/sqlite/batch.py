@@ -7,6 +7,7 @@ whole either way."""
 from __future__ import annotations
 
 import sqlite3
+from datetime import UTC, datetime
 
 from general_agent_server.domain import codec
 from general_agent_server.domain.records import IdempotencyRecord
@@ -22,6 +23,8 @@ def apply_write(conn: sqlite3.Connection, batch: WriteBatch, operation: Operatio
         operation.run(conn, batch)
     if batch.session is not None:
         _update_session(conn, batch.session)
+        if batch.take_lease:
+            _take_lease(conn, batch)
     if batch.release_lease:
         conn.execute(
             "UPDATE sessions SET lease_owner='', lease_expires_us=0 WHERE tenant=? AND session_id=? AND lease_owner=?",
@@ -48,6 +51,26 @@ def _update_session(conn: sqlite3.Connection, record: SessionRecord) -> None:
     )
     if cur.rowcount != 1:
         raise VersionConflictError(f"session {record.session_id!r}: expected stored version {record.version - 1}")
+
+
+def _take_lease(conn: sqlite3.Connection, batch: WriteBatch) -> None:
+    """The lease for `batch.take_lease`, unless another owner holds a live one (then the caller's transaction rolls
+    the batch back)."""
+    now_us = to_us(datetime.now(UTC))
+    cur = conn.execute(
+        "UPDATE sessions SET lease_owner=?, lease_expires_us=? WHERE tenant=? AND session_id=?"
+        " AND (lease_owner='' OR lease_owner=? OR lease_expires_us<?)",
+        (
+            batch.take_lease,
+            now_us + int(batch.lease_ttl_seconds * 1_000_000),
+            batch.tenant,
+            batch.session_id,
+            batch.take_lease,
+            now_us,
+        ),
+    )
+    if cur.rowcount != 1:
+        raise VersionConflictError(f"session {batch.session_id!r}: another owner holds its lease")
 
 
 def _write_history(conn: sqlite3.Connection, batch: WriteBatch) -> None:

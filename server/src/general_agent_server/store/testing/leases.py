@@ -9,7 +9,14 @@ import pytest
 from general_agent_server.domain.session import SessionState
 from general_agent_server.store.port import SessionStore, VersionConflictError, WriteBatch
 from general_agent_server.store.testing.base import StoreConformance, async_tests
-from general_agent_server.store.testing.factories import bump, make_session, new_id, new_tenant
+from general_agent_server.store.testing.factories import (
+    bump,
+    make_event,
+    make_message,
+    make_session,
+    new_id,
+    new_tenant,
+)
 from general_agent_server.store.testing.helpers import all_events, create
 
 
@@ -140,3 +147,53 @@ class LeaseConformance(StoreConformance):
         with pytest.raises(VersionConflictError):
             await store.write(WriteBatch(tenant=tenant, session_id=sid, session=stale, release_lease="owner-a"))
         assert await store.acquire_lease(tenant, sid, "owner-b", ttl_seconds=60) is False
+
+    async def test_a_batch_takes_the_lease_with_its_step(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        v1 = await create(store, make_session(tenant, sid, version=1))
+        v2 = bump(v1, state=SessionState.RUNNING)
+        batch = WriteBatch(tenant=tenant, session_id=sid, session=v2, take_lease="owner-a", lease_ttl_seconds=60)
+        await store.write(batch)
+        assert await store.get_session(tenant, sid) == v2
+        assert await store.lease_holder(tenant, sid) == "owner-a"
+        assert await store.acquire_lease(tenant, sid, "owner-b", ttl_seconds=60) is False
+        # The owner's own lease is no obstacle: its next step may take it again (a renewal).
+        v3 = bump(v2)
+        await store.write(
+            WriteBatch(tenant=tenant, session_id=sid, session=v3, take_lease="owner-a", lease_ttl_seconds=60)
+        )
+        assert await store.lease_holder(tenant, sid) == "owner-a"
+
+    async def test_a_batch_cannot_take_a_lease_another_owner_holds_and_writes_nothing(
+        self, store: SessionStore
+    ) -> None:
+        tenant, sid = new_tenant(), new_id()
+        v1 = await create(store, make_session(tenant, sid, version=1))
+        assert await store.acquire_lease(tenant, sid, "owner-b", ttl_seconds=60) is True
+        batch = WriteBatch(
+            tenant=tenant,
+            session_id=sid,
+            session=bump(v1, state=SessionState.RUNNING),
+            events=[make_event(sid, 1)],
+            history=[make_message(0)],
+            take_lease="owner-a",
+            lease_ttl_seconds=60,
+        )
+        with pytest.raises(VersionConflictError):
+            await store.write(batch)
+        assert await store.get_session(tenant, sid) == v1
+        assert await all_events(store, tenant, sid) == []
+        assert await store.load_history(tenant, sid) == []
+        assert await store.lease_holder(tenant, sid) == "owner-b"
+
+    async def test_a_batch_takes_over_an_expired_lease(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        v1 = await create(store, make_session(tenant, sid, version=1))
+        assert await store.acquire_lease(tenant, sid, "owner-b", ttl_seconds=0.01) is True
+        await asyncio.sleep(0.05)  # let the TTL pass
+        v2 = bump(v1, state=SessionState.RUNNING)
+        await store.write(
+            WriteBatch(tenant=tenant, session_id=sid, session=v2, take_lease="owner-a", lease_ttl_seconds=60)
+        )
+        assert await store.get_session(tenant, sid) == v2
+        assert await store.lease_holder(tenant, sid) == "owner-a"
