@@ -113,6 +113,9 @@ class SessionLedger:
     ) -> None:
         self.record = record
         self.history = history
+        # Fixed for the ledger's life (every record it holds is this session's); read dozens of times per turn.
+        self.tenant = record.tenant
+        self.session_id = record.session_id
         self._store = store
         self._exporter = exporter
         self._event_log = event_log
@@ -146,13 +149,6 @@ class SessionLedger:
         self._next_sequence = self._numbered_from = _first_sequence(record)
         self.stale = False
 
-    @property
-    def tenant(self) -> str:
-        return self.record.tenant
-
-    @property
-    def session_id(self) -> str:
-        return self.record.session_id
 
     @property
     def last_assigned_sequence(self) -> int:
