@@ -80,6 +80,27 @@ def _lag(pid: int, path: Any) -> list[float]:
     return []
 
 
+async def _probed_loop(
+    count: int, seconds: float, turn: Callable[[int], Awaitable[None]], samples: list[float]
+) -> tuple[float, int]:
+    """`closed_loop` with bench.serve_probe's probe on this process's loop (the bare SDK's), into `samples`."""
+    probing = asyncio.create_task(probe(samples))
+    try:
+        return await closed_loop(count, seconds, turn)
+    finally:
+        probing.cancel()
+
+
+def _lag_row(lag: list[float], base_lag: list[float], figures: dict[str, Any]) -> dict[str, Any]:
+    """The loop-lag row (sorted samples, ms): the server's p99 against the bare SDK's own loop."""
+    figures["loop lag samples / max ms"] = f"{len(lag)} / {lag[-1] if lag else float('nan'):.2f}"
+    figures["bare SDK loop lag samples / p50 / max ms"] = (
+        f"{len(base_lag)} / {percentile(base_lag, 50):.2f} / {base_lag[-1] if base_lag else float('nan'):.2f}"
+    )
+    title = f"event-loop lag p99 under {LEVELS[-1]} sessions"
+    return row(title, percentile(lag, 99), percentile(base_lag, 99), max_value=2.0)
+
+
 async def concurrency(ctx: BenchContext) -> Result:
     seconds, rounds = (1.0, 1) if ctx.quick else (4.0, 3)
     async with contextlib.AsyncExitStack() as stack:
@@ -114,11 +135,7 @@ async def concurrency(ctx: BenchContext) -> Result:
             await closed_loop(count, 0.3, svc_turn)  # warm-up
             await closed_loop(count, 0.3, base_turn)
             for _ in range(rounds):
-                probing = asyncio.create_task(probe(base_lag if count == LEVELS[-1] else []))
-                try:
-                    rate, err = await closed_loop(count, seconds, base_turn)
-                finally:
-                    probing.cancel()
+                rate, err = await _probed_loop(count, seconds, base_turn, base_lag if count == LEVELS[-1] else [])
                 base_rates.append(rate)
                 errors[0] += err
                 _lag(service.pid, lag_file)
@@ -139,20 +156,7 @@ async def concurrency(ctx: BenchContext) -> Result:
             r["errors (service, baseline)"] = errors[1], errors[0]
             figures[f"{count} sessions: errors service / baseline"] = f"{errors[1]} / {errors[0]}"
             rows.append(r)
-        lag.sort()
-        base_lag.sort()
-        rows.append(
-            row(
-                f"event-loop lag p99 under {LEVELS[-1]} sessions",
-                percentile(lag, 99),
-                percentile(base_lag, 99),
-                max_value=2.0,
-            )
-        )
-        figures["loop lag samples / max ms"] = f"{len(lag)} / {lag[-1] if lag else float('nan'):.2f}"
-        figures["bare SDK loop lag samples / p50 / max ms"] = (
-            f"{len(base_lag)} / {percentile(base_lag, 50):.2f} / {base_lag[-1] if base_lag else float('nan'):.2f}"
-        )
+        rows.append(_lag_row(sorted(lag), sorted(base_lag), figures))
     return {
         "benchmark": "concurrency",
         "title": "turns/s of one process under concurrent sessions",
