@@ -112,25 +112,47 @@ def redact(value: T) -> T:
 
 
 def _redact(value: Any, secrets: tuple[str, ...]) -> Any:
-    if isinstance(value, str):
+    kind = _KINDS.get(type(value)) or _kind_of(type(value))
+    if kind is _ATOM:
+        return value
+    if kind is _TEXT:
         return redact_text(value, secrets)
-    if isinstance(value, dict):
+    if kind is _MAP:
         items = {key: _redact(item, secrets) for key, item in value.items()}
         return items if any(items[key] is not item for key, item in value.items()) else value
-    if isinstance(value, list | tuple):
+    if kind is _SEQUENCE:
         elements = [_redact(item, secrets) for item in value]
         if all(new is old for new, old in zip(elements, value, strict=True)):
             return value
         return elements if isinstance(value, list) else tuple(elements)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {}
-        for name in _init_fields(type(value)):
-            old = getattr(value, name)
-            new = _redact(old, secrets)
-            if new is not old:
-                changes[name] = new
-        return dataclasses.replace(value, **changes) if changes else value
-    return value
+    changes = {}
+    for name in _init_fields(type(value)):
+        old = getattr(value, name)
+        new = _redact(old, secrets)
+        if new is not old:
+            changes[name] = new
+    return dataclasses.replace(value, **changes) if changes else value
+
+
+# What `_redact` does with a value, by its type, decided once per type: the events, records and history walked on
+# every commit hold mostly numbers, enums and times, which a dictionary lookup passes over.
+_ATOM, _TEXT, _MAP, _SEQUENCE, _DATACLASS = "atom", "text", "map", "sequence", "dataclass"
+_KINDS: dict[type, str] = {}
+
+
+def _kind_of(cls: type) -> str:
+    if issubclass(cls, str):
+        kind = _TEXT
+    elif issubclass(cls, dict):
+        kind = _MAP
+    elif issubclass(cls, list | tuple):
+        kind = _SEQUENCE
+    elif dataclasses.is_dataclass(cls):
+        kind = _DATACLASS
+    else:
+        kind = _ATOM
+    _KINDS[cls] = kind
+    return kind
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
