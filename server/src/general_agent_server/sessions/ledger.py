@@ -149,7 +149,6 @@ class SessionLedger:
         self._next_sequence = self._numbered_from = _first_sequence(record)
         self.stale = False
 
-
     @property
     def last_assigned_sequence(self) -> int:
         return self._next_sequence - 1
