@@ -57,6 +57,26 @@ from general_agent_server.workspace.checkpoints.service import CheckpointService
 logger = logging.getLogger(__name__)
 
 
+def _mcp_servers(settings: CoreSettings) -> McpServers:
+    return McpServers(
+        McpSettings(
+            connect_timeout=settings.mcp_connect_timeout,
+            call_timeout=settings.mcp_call_timeout,
+            idle_timeout=settings.mcp_idle_timeout,
+        )
+    )
+
+
+def _command_relay(store: SessionStore, settings: CoreSettings, ownership: Ownership) -> CommandRelay:
+    """Commands for runs on other replicas (sessions/relay.py), claimed while this replica holds a lease."""
+    return CommandRelay(
+        store,
+        owner=settings.replica_id,
+        holding=lambda: ownership.holding,
+        poll_seconds=settings.replica_poll_seconds,
+    )
+
+
 class Agent:
     def __init__(
         self,
@@ -92,21 +112,10 @@ class Agent:
         self.memory = memory
         catalog = replace(catalog, builtins=builtins, session_tools=MemoryTools(memory) if memory else None)
         self.catalog = catalog
-        self.mcp = McpServers(
-            McpSettings(
-                connect_timeout=settings.mcp_connect_timeout,
-                call_timeout=settings.mcp_call_timeout,
-                idle_timeout=settings.mcp_idle_timeout,
-            )
-        )
+        self.mcp = _mcp_servers(settings)
         self.run_slots = RunSlots(max_runs=settings.max_concurrent_runs, rules=settings.tenants)
         ownership = Ownership(store, settings)
-        self.relay = CommandRelay(
-            store,
-            owner=settings.replica_id,
-            holding=lambda: ownership.holding,
-            poll_seconds=settings.replica_poll_seconds,
-        )
+        self.relay = _command_relay(store, settings, ownership)
         self.cache = SessionCache(
             SessionDeps(
                 store=store,
