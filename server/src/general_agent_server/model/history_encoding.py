@@ -63,7 +63,8 @@ class HistoryEncoding:
         # Cheap refusals first: a replaced history has new objects at its ends.
         if history[0] is not self._source[0] or history[kept - 1] is not self._source[-1]:
             return False
-        return list(history[:kept]) == self._source
+        prefix = history[:kept]  # a list for the ledger's history: compared without a second copy
+        return (prefix if isinstance(prefix, list) else list(prefix)) == self._source
 
     def _extend(self, history: Sequence[HistoryMessage], stable: int) -> None:
         """Closes the messages of history[len(source):stable] that a later non-empty message of the other role
