@@ -22,8 +22,18 @@ from tests.support.subprocess_server import ServerProcesses
 
 
 def workers_ready(state_dir: Path) -> dict[str, Any]:
-    """The ready files of the workers: worker name -> {address, pid}."""
-    return {p.name.rsplit(".", 1)[1]: json.loads(p.read_text()) for p in state_dir.glob("ready-*.json.worker-*")}
+    """The ready files of the workers: worker name -> {address, pid}. The supervisor removes a dead worker's file
+    before restarting it, and a worker writes its file through a temporary one, so a file listed may be gone by
+    the time it is read; such a file is not (yet) a ready worker."""
+    ready: dict[str, Any] = {}
+    for path in state_dir.glob("ready-*.json.worker-*"):
+        if path.suffix == ".tmp":
+            continue
+        try:
+            ready[path.name.rsplit(".", 1)[1]] = json.loads(path.read_text())
+        except FileNotFoundError:
+            continue
+    return ready
 
 
 async def wait_for(condition: Any, what: str, timeout: float = 30.0) -> None:
