@@ -44,6 +44,7 @@ from general_agent_server.sessions.idempotency import IdempotencyKeys
 from general_agent_server.sessions.mcp_service import McpService
 from general_agent_server.sessions.ownership import Ownership
 from general_agent_server.sessions.relay import CommandRelay
+from general_agent_server.sessions.remote_tail import RemoteTails
 from general_agent_server.sessions.service import SessionService, SessionServiceDeps
 from general_agent_server.sessions.serving import ServingGate
 from general_agent_server.sessions.settings import CoreSettings
@@ -116,6 +117,7 @@ class Agent:
         self.run_slots = RunSlots(max_runs=settings.max_concurrent_runs, rules=settings.tenants)
         ownership = Ownership(store, settings)
         self.relay = _command_relay(store, settings, ownership)
+        self.tails = RemoteTails(store)
         self.cache = SessionCache(
             SessionDeps(
                 store=store,
@@ -127,6 +129,7 @@ class Agent:
                 keys=keys,
                 gate=self.gate,
                 ownership=ownership,
+                tails=self.tails,
                 relay=self.relay,
                 global_hosted_tools=global_hosted_tools,
                 event_log=event_log,
@@ -267,6 +270,7 @@ class Agent:
         )
         for session in self.cache.active():
             session.ledger.close_subscribers(error)
+        await self.tails.close()
         # session_end for the sessions of this process, and gateway_stop, are awaited within their timeouts.
         await asyncio.gather(*(s.end_session_hooks(wait=True) for s in self.cache.loaded()))
         await self._fire_gateway("gateway_stop", {"reason": "shutdown"})

@@ -142,7 +142,7 @@ class RunControl:
             if not followed:
                 return
             if run is None:
-                session.tail.ensure()
+                session.follow_remote()
             injected = run is not None
             while (live := await subscriber.get()) is not None:
                 if live.run_id != followed:

@@ -13,6 +13,7 @@ from general_agent_server.model.credentials import CredentialResolver, SessionKe
 from general_agent_server.model.port import ModelClient
 from general_agent_server.sessions.ownership import Ownership
 from general_agent_server.sessions.relay import CommandRelay
+from general_agent_server.sessions.remote_tail import RemoteTails
 from general_agent_server.sessions.serving import ServingGate
 from general_agent_server.sessions.settings import CoreSettings
 from general_agent_server.store.port import SessionStore
@@ -34,6 +35,8 @@ class SessionDeps:
     keys: SessionKeys
     gate: ServingGate
     ownership: Ownership
+    # Follows other replicas' runs of the sessions with subscribers here (sessions/remote_tail.py).
+    tails: RemoteTails
     global_hosted_tools: tuple[HostedToolDefinition, ...] = ()
     event_log: EventLog | None = None
     hooks: HookRunner | None = None

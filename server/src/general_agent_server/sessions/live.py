@@ -52,7 +52,6 @@ from general_agent_server.sessions.deps import SessionDeps
 from general_agent_server.sessions.idempotency import KeyedRequest
 from general_agent_server.sessions.ledger import LedgerSettings, SessionLedger
 from general_agent_server.sessions.relay import POLL_SECONDS
-from general_agent_server.sessions.remote_tail import RemoteTail
 from general_agent_server.sessions.replica_sync import ReplicaSync
 from general_agent_server.sessions.session_tools import SessionTools
 from general_agent_server.sessions.settings import CoreSettings
@@ -102,7 +101,6 @@ class LiveSession:
         self._queue = TurnQueue(record.session_id)
         self.tools = SessionTools(self)
         self.sync = ReplicaSync(self, self._lock)
-        self.tail = RemoteTail(self)
         # The run slot the executing run holds (none while idle or suspended).
         self._slot: RunSlot | None = None
         # Weak: an armed deadline must not keep an evicted session alive through a reference cycle.
@@ -202,11 +200,15 @@ class LiveSession:
     def subscribe(self, *, follow_remote: bool = True) -> Subscriber:
         """A subscriber to the session's events; with `follow_remote`, another replica's runs reach it too
         (sessions/remote_tail.py). A stream that will follow a run started here needs only this replica's events,
-        and asks for the tail (`tail.ensure`) only if it ends up following a run elsewhere."""
+        and asks for the tail (`follow_remote`) only if it ends up following a run elsewhere."""
         subscriber = self.ledger.subscribe()
         if follow_remote:
-            self.tail.ensure()
+            self.follow_remote()
         return subscriber
+
+    def follow_remote(self) -> None:
+        """Another replica's runs of the session reach its subscribers here until the last one leaves."""
+        self.deps.tails.follow(self)
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
         self.ledger.unsubscribe(subscriber)

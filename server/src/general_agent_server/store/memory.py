@@ -174,6 +174,11 @@ class InMemorySessionStore:
         events = self._tables().events.get((tenant, session_id), {})
         return await self._read(min(events) if events else None)
 
+    async def newest_event_sequences(self, sessions: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        tables = self._tables()
+        newest = {key: max(events) for key in sessions if (events := tables.events.get(key))}
+        return await self._read(newest)
+
     # ------------------------------------------------------------------ runs and tool calls
     def _runs(self, key: Key) -> list[RunRecord]:
         runs = self._tables().runs.get(key, {})
@@ -286,8 +291,8 @@ class InMemorySessionStore:
         self.wakeups.wake(events_topic(tenant, session_id))
         await asyncio.sleep(0)
 
-    def subscribe(self, topic: str) -> Subscription:
-        return self.wakeups.subscribe(topic)
+    def subscribe(self, topic: str, on_wake: Callable[[], None] | None = None) -> Subscription:
+        return self.wakeups.subscribe(topic, on_wake)
 
     # ------------------------------------------------------------------ relayed commands
     async def put_command(self, command: SessionCommand) -> None:

@@ -234,6 +234,12 @@ class SessionLogReader(Protocol):
         """The lowest stored sequence, None when the session has no events."""
         ...
 
+    async def newest_event_sequences(self, sessions: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The highest stored sequence of each (tenant, session_id) given, in one read however many there are;
+        a session without events is left out. Followers of many sessions ask this instead of reading each
+        session's log (sessions/remote_tail.py)."""
+        ...
+
 
 class RunStore(Protocol):
     """Runs and their tool calls, written through WriteBatch and read here."""

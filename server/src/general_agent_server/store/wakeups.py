@@ -13,6 +13,7 @@ replica's commit wakes every replica's waiters."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Protocol
 
 __all__ = [
@@ -57,13 +58,20 @@ class WakeupSubscription(Protocol):
         """Forgets a wake-up that arrived since the last wait (the waiter knows it was its own commits)."""
         ...
 
+    @property
+    def woken(self) -> bool:
+        """Whether a wake-up arrived since the last wait or clear."""
+        ...
+
     def close(self) -> None: ...
 
 
 class Wakeups(Protocol):
     """The store's wake-up seam (see the module docstring)."""
 
-    def subscribe(self, topic: str) -> WakeupSubscription: ...
+    def subscribe(self, topic: str, on_wake: Callable[[], None] | None = None) -> WakeupSubscription:
+        """With `on_wake`, each wake-up of the topic also calls it (one waiter following many topics)."""
+        ...
 
 
 class Flag:
@@ -71,6 +79,8 @@ class Flag:
 
     `wait` is a future and a timer handle rather than `asyncio.wait_for` over an Event, which costs a task per
     call: the tails, the relay and the group-commit loop wait on one several times per turn."""
+
+    __slots__ = ("_waiter", "_woken")
 
     def __init__(self) -> None:
         self._woken = False
@@ -107,10 +117,18 @@ class Flag:
 class Subscription(Flag):
     """One waiter's subscription to a topic of a WakeupHub (one coroutine waits on it at a time)."""
 
-    def __init__(self, hub: WakeupHub, topic: str) -> None:
+    __slots__ = ("_hub", "_on_wake", "topic")
+
+    def __init__(self, hub: WakeupHub, topic: str, on_wake: Callable[[], None] | None = None) -> None:
         super().__init__()
         self._hub = hub
         self.topic = topic
+        self._on_wake = on_wake
+
+    def wake(self) -> None:
+        super().wake()
+        if self._on_wake is not None:
+            self._on_wake()
 
     def close(self) -> None:
         self._hub.unsubscribe(self)
@@ -133,8 +151,8 @@ class WakeupHub:
     def __init__(self) -> None:
         self._topics: dict[str, set[Subscription]] = {}
 
-    def subscribe(self, topic: str) -> Subscription:
-        subscription = Subscription(self, topic)
+    def subscribe(self, topic: str, on_wake: Callable[[], None] | None = None) -> Subscription:
+        subscription = Subscription(self, topic, on_wake)
         self._topics.setdefault(topic, set()).add(subscription)
         return subscription
 

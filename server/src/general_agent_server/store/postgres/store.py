@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -163,6 +163,16 @@ class PostgresSessionStore:
         value = await self._p().fetchval(sql, tenant, session_id)
         return int(value) if value is not None else None
 
+    async def newest_event_sequences(self, sessions: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        if not sessions:
+            return {}
+        sql = (
+            "SELECT k.t, k.s, (SELECT MAX(sequence) FROM events WHERE tenant=k.t AND session_id=k.s)"
+            " FROM unnest($1::text[], $2::text[]) AS k(t, s)"
+        )
+        rows = await self._p().fetch(sql, [t for t, _ in sessions], [s for _, s in sessions])
+        return {(t, s): int(m) for t, s, m in rows if m is not None}
+
     # ------------------------------------------------------------------ runs and tool calls
     async def _records(self, sql: str, *params: Any) -> list[Any]:
         return [r[0] for r in await self._p().fetch(sql, *params)]
@@ -271,8 +281,8 @@ class PostgresSessionStore:
             wakeup = payloads([f"{events_topic(tenant, session_id)}\t{sequence}"])
             await self._p().execute(NOTIFY_SQL, CHANNEL, wakeup)
 
-    def subscribe(self, topic: str) -> Subscription:
-        return self.wakeups.subscribe(topic)
+    def subscribe(self, topic: str, on_wake: Callable[[], None] | None = None) -> Subscription:
+        return self.wakeups.subscribe(topic, on_wake)
 
     # ------------------------------------------------------------------ relayed commands
     async def put_command(self, command: SessionCommand) -> None:

@@ -6,7 +6,7 @@ committed data only; callers that must read their own buffered writes call `flus
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,8 @@ from general_agent_server.store.wakeups import Subscription, WakeupHub, answer_t
 from general_agent_server.workspace.checkpoints.recorder import Checkpoint, CheckpointInfo
 
 DB_FILE_NAME = "general-agent.sqlite3"
+# Sessions per newest_event_sequences query: 800 parameters, under the smallest limit SQLite builds use (999).
+NEWEST_BATCH = 400
 
 
 class SqliteSessionStore:
@@ -189,6 +191,22 @@ class SqliteSessionStore:
         )
         return int(row[0]) if row and row[0] is not None else None
 
+    async def newest_event_sequences(self, sessions: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        newest: dict[tuple[str, str], int] = {}
+        keys = list(dict.fromkeys(sessions))
+        for start in range(0, len(keys), NEWEST_BATCH):
+            chunk = keys[start : start + NEWEST_BATCH]
+            # One MAX per key, each answered from the end of the (tenant, session_id, sequence) key; only the
+            # number of placeholders varies.
+            keys_sql = ",".join(["(?,?)"] * len(chunk))
+            sql = (
+                f"WITH k(t, s) AS (VALUES {keys_sql}) "  # noqa: S608
+                "SELECT t, s, (SELECT MAX(sequence) FROM events WHERE tenant=k.t AND session_id=k.s) FROM k"
+            )
+            rows = await self._fetch_all(sql, [part for key in chunk for part in key])
+            newest.update(((t, s), int(m)) for t, s, m in rows if m is not None)
+        return newest
+
     # ------------------------------------------------------------------ runs and tool calls
     async def get_run(self, tenant: str, session_id: str, run_id: str) -> RunRecord | None:
         row = await self._fetch_one(
@@ -307,9 +325,9 @@ class SqliteSessionStore:
     async def notify(self, tenant: str, session_id: str, sequence: int) -> None:
         self.wakeups.wake(events_topic(tenant, session_id))
 
-    def subscribe(self, topic: str) -> Subscription:
+    def subscribe(self, topic: str, on_wake: Callable[[], None] | None = None) -> Subscription:
         # Wake-ups reach this process's waiters only; other processes on the file find commits by polling.
-        return self.wakeups.subscribe(topic)
+        return self.wakeups.subscribe(topic, on_wake)
 
     # ------------------------------------------------------------------ relayed commands
     async def put_command(self, command: SessionCommand) -> None:

@@ -28,7 +28,8 @@ from general_agent_server.store.testing.helpers import all_events, all_transcrip
 
 @async_tests
 class SessionLogConformance(StoreConformance):
-    """load_history, read_transcript, count_transcript, read_events, oldest_event_sequence, purge_events."""
+    """load_history, read_transcript, count_transcript, read_events, oldest_event_sequence, newest_event_sequences,
+    purge_events."""
 
     async def test_history_appends_at_base_and_loads_in_order(self, store: SessionStore) -> None:
         tenant, sid = new_tenant(), new_id()
@@ -253,6 +254,38 @@ class SessionLogConformance(StoreConformance):
         assert await store.oldest_event_sequence(tenant, sid) == 12
         assert await store.oldest_event_sequence(new_tenant(), sid) is None
         assert await store.oldest_event_sequence(tenant, new_id()) is None
+
+    async def test_newest_event_sequences_answers_many_sessions_at_once(self, store: SessionStore) -> None:
+        tenant, other_tenant = new_tenant(), new_tenant()
+        sids = [new_id() for _ in range(3)]
+        for sid in sids:
+            await create(store, make_session(tenant, sid))
+        await create(store, make_session(other_tenant, sids[0]))
+        await store.write(WriteBatch(tenant=tenant, session_id=sids[0], events=[make_event(sids[0], 3)]))
+        await store.write(
+            WriteBatch(tenant=tenant, session_id=sids[1], events=[make_event(sids[1], 1), make_event(sids[1], 9)])
+        )
+        await store.write(WriteBatch(tenant=other_tenant, session_id=sids[0], events=[make_event(sids[0], 40)]))
+        unknown = (tenant, new_id())
+
+        keys = [(tenant, sid) for sid in sids] + [(other_tenant, sids[0]), unknown, (tenant, sids[1])]
+        assert await store.newest_event_sequences(keys) == {
+            (tenant, sids[0]): 3,
+            (tenant, sids[1]): 9,
+            (other_tenant, sids[0]): 40,
+        }
+        assert await store.newest_event_sequences([]) == {}
+        await store.write(WriteBatch(tenant=tenant, session_id=sids[2], events=[make_event(sids[2], 5)]))
+        assert await store.newest_event_sequences([(tenant, sids[2])]) == {(tenant, sids[2]): 5}
+
+    async def test_newest_event_sequences_over_a_thousand_sessions(self, store: SessionStore) -> None:
+        tenant = new_tenant()
+        sids = [new_id() for _ in range(1001)]
+        for sid in sids[:2] + sids[-2:]:
+            await create(store, make_session(tenant, sid))
+            await store.write(WriteBatch(tenant=tenant, session_id=sid, events=[make_event(sid, 7)]))
+        newest = await store.newest_event_sequences([(tenant, sid) for sid in sids])
+        assert newest == {(tenant, sid): 7 for sid in sids[:2] + sids[-2:]}
 
     async def test_purge_events_keeps_the_newest_by_count(self, store: SessionStore) -> None:
         tenant, sid, other = new_tenant(), new_id(), new_id()
