@@ -3,6 +3,7 @@ redaction, the model table and subscriber buffers."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 import pytest
@@ -188,6 +189,39 @@ async def test_subscriber_overflow_fails_with_slow_consumer() -> None:
     with pytest.raises(ServiceError) as error:
         await subscriber.get()
     assert error.value.reason == "SLOW_CONSUMER"
+
+
+async def test_subscriber_keeps_order_and_bounds_while_a_consumer_trails_by_a_few() -> None:
+    # The consumer never drains the buffer fully, so its consumed front is dropped in place as it grows.
+    subscriber = Subscriber(max_buffered=8)
+    received: list[int] = []
+    for sequence in range(1, 1001):
+        subscriber.offer(_delta(sequence, "x"))
+        if sequence > 3:
+            event = await subscriber.get()
+            assert event is not None
+            received.append(event.sequence)
+    assert received == list(range(1, 998))
+    assert len(getattr(subscriber, "_items")) < 200  # noqa: B009 (the buffer's storage, not its content)
+    # A waiting consumer is woken by the next offer.
+    drained = [await subscriber.get() for _ in range(3)]
+    waiting = asyncio.ensure_future(subscriber.get())
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    subscriber.offer(_delta(1001, "y"))
+    assert [e.sequence for e in drained if e] + [(await waiting).sequence] == [998, 999, 1000, 1001]  # type: ignore[union-attr]
+
+
+async def test_subscriber_overflow_names_the_last_delivered_sequence() -> None:
+    subscriber = Subscriber(max_buffered=3)
+    for sequence in range(1, 4):
+        subscriber.offer(_delta(sequence, "x"))
+    assert (await subscriber.get()).sequence == 1  # type: ignore[union-attr]
+    for sequence in range(4, 6):
+        subscriber.offer(_delta(sequence, "x"))
+    with pytest.raises(ServiceError) as error:
+        await subscriber.get()
+    assert error.value.metadata["last_delivered_sequence"] == "1"
 
 
 async def test_subscriber_close_drains_then_ends() -> None:

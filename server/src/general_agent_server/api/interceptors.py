@@ -9,7 +9,7 @@ import contextvars
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -72,27 +72,29 @@ def _log(method: str, context: Any, started: float, error: BaseException | None,
     )
 
 
-@contextlib.contextmanager
-def _observed(method: str, context: Any, request_id: str, observer: Observer | None) -> Iterator[None]:
-    """Around one call's behaviour: its request id is current, and its end is logged and observed."""
-    token = _request_id.set(request_id)
-    started = time.perf_counter()
-    error: BaseException | None = None
-    try:
-        yield
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
-        _log(method, context, started, error, observer)
+class _Observed:
+    """Around one call's behaviour: its request id is current, and its end is logged and observed. A class, not a
+    generator context manager: it is entered once per call and lives as long as the call (every watch stream)."""
+
+    __slots__ = ("_context", "_method", "_observer", "_request_id", "_started", "_token")
+
+    def __init__(self, method: str, context: Any, request_id: str, observer: Observer | None) -> None:
+        self._method, self._context, self._request_id, self._observer = method, context, request_id, observer
+
+    def __enter__(self) -> None:
+        self._token = _request_id.set(self._request_id)
+        self._started = time.perf_counter()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
+        _log(self._method, self._context, self._started, error, self._observer)
         # A stream closed from another task runs this in another context.
         with contextlib.suppress(ValueError):
-            _request_id.reset(token)
+            _request_id.reset(self._token)
 
 
 def _wrap_unary(behavior: Any, method: str, request_id: str, observer: Observer | None) -> Any:
     async def wrapped(request: Any, context: Any) -> Any:
-        with _observed(method, context, request_id, observer):
+        with _Observed(method, context, request_id, observer):
             return await behavior(request, context)
 
     return wrapped
@@ -100,7 +102,7 @@ def _wrap_unary(behavior: Any, method: str, request_id: str, observer: Observer 
 
 def _wrap_stream(behavior: Any, method: str, request_id: str, observer: Observer | None) -> Any:
     async def wrapped(request: Any, context: Any) -> AsyncIterator[Any]:
-        with _observed(method, context, request_id, observer):
+        with _Observed(method, context, request_id, observer):
             async for item in behavior(request, context):
                 yield item
 
