@@ -25,18 +25,23 @@ class PutCommand:
         )
 
 
+# Driven by the pending commands (a partial index, nearly always empty) with one key lookup of each one's session:
+# the relay runs this every poll while the replica holds any lease, so it must not read every session (an `IN`
+# over the sessions holding this replica's lease scans the sessions table, there being no index on lease_owner).
+CLAIM_SQL = (
+    "UPDATE session_commands SET status='CLAIMED' WHERE status='PENDING' AND EXISTS (SELECT 1 FROM sessions s"
+    " WHERE s.tenant=session_commands.tenant AND s.session_id=session_commands.session_id AND s.lease_owner=?"
+    " AND s.lease_expires_us>=?) RETURNING tenant, session_id, command_id, body_json"
+)
+
+
 @dataclass
 class ClaimCommands:
     owner: str
     claimed: list[SessionCommand] = field(default_factory=list)
 
     def run(self, conn: sqlite3.Connection, batch: WriteBatch) -> None:
-        rows = conn.execute(
-            "UPDATE session_commands SET status='CLAIMED' WHERE status='PENDING' AND (tenant, session_id) IN"
-            " (SELECT tenant, session_id FROM sessions WHERE lease_owner=? AND lease_expires_us>=?)"
-            " RETURNING tenant, session_id, command_id, body_json",
-            (self.owner, now_us()),
-        ).fetchall()
+        rows = conn.execute(CLAIM_SQL, (self.owner, now_us())).fetchall()
         self.claimed = [
             SessionCommand(tenant=r[0], session_id=r[1], command_id=r[2], body_json=r[3], status=CommandStatus.CLAIMED)
             for r in rows
