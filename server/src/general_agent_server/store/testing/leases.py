@@ -186,6 +186,49 @@ class LeaseConformance(StoreConformance):
         assert await store.load_history(tenant, sid) == []
         assert await store.lease_holder(tenant, sid) == "owner-b"
 
+    async def test_a_batch_taking_a_free_lease_over_a_changed_version_writes_nothing(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        v1 = await create(store, make_session(tenant, sid, version=1))
+        stale = bump(bump(v1), state=SessionState.RUNNING)
+        batch = WriteBatch(
+            tenant=tenant,
+            session_id=sid,
+            session=stale,
+            events=[make_event(sid, 1)],
+            take_lease="owner-a",
+            lease_ttl_seconds=60,
+        )
+        with pytest.raises(VersionConflictError, match="expected stored version"):
+            await store.write(batch)
+        assert await store.get_session(tenant, sid) == v1
+        assert await all_events(store, tenant, sid) == []
+        assert await store.lease_holder(tenant, sid) == ""
+
+    async def test_a_conflict_over_the_lease_says_so(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        v1 = await create(store, make_session(tenant, sid, version=1))
+        assert await store.acquire_lease(tenant, sid, "owner-b", ttl_seconds=60) is True
+        batch = WriteBatch(tenant=tenant, session_id=sid, session=bump(v1), take_lease="owner-a", lease_ttl_seconds=60)
+        with pytest.raises(VersionConflictError, match="another owner holds its lease"):
+            await store.write(batch)
+
+    async def test_a_batch_may_take_and_release_the_lease_at_once(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        v1 = await create(store, make_session(tenant, sid, version=1))
+        v2 = bump(v1)
+        await store.write(
+            WriteBatch(
+                tenant=tenant,
+                session_id=sid,
+                session=v2,
+                take_lease="owner-a",
+                lease_ttl_seconds=60,
+                release_lease="owner-a",
+            )
+        )
+        assert await store.get_session(tenant, sid) == v2
+        assert await store.lease_holder(tenant, sid) == ""
+
     async def test_a_batch_takes_over_an_expired_lease(self, store: SessionStore) -> None:
         tenant, sid = new_tenant(), new_id()
         v1 = await create(store, make_session(tenant, sid, version=1))
