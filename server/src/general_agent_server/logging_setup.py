@@ -73,6 +73,12 @@ class ScrubbingTextFormatter(logging.Formatter):
 def configure_logging(*, level: str, fmt: str, secrets: Iterable[str]) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter(secrets) if fmt == "json" else ScrubbingTextFormatter(secrets))
+    # No formatter here prints where a line was logged from, nor its thread or process: not computing them for
+    # every record saves about a fifth of a line's cost (the logging HOWTO's "Optimization").
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -30,6 +30,9 @@ _GATEWAY_PATTERNS = (
     (re.compile(r"(?i)(X-Amz-(?:Signature|Credential|Security-Token)=)[^&\s\"'<>]+"), r"\1[REDACTED]"),
     (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), "[REDACTED-AWSKEY]"),
 )
+# A word each of the patterns above cannot match without (lower-cased): `scrub` runs the patterns only on text
+# that holds one (tests/unit/test_redaction_markers.py checks every pattern against them).
+_PATTERN_MARKERS = ("sk-ant-", "bearer", "x-api-key", "evt_", "emk_", "x-amz-", "akia", "asia")
 # What is removed from conversation text before memory stores it (docs/memory.md, "Redaction"): value-shaped
 # secrets only, each replaced by a label naming its kind, so the text stays readable; a false positive would
 # damage stored knowledge for good, so the bare words ("password", "token") are never matched on their own.
@@ -173,6 +176,9 @@ def scrub(text: str, secrets: Iterable[str] = ()) -> str:
         if secret and len(secret) >= 4:
             text = text.replace(secret, REDACTED)
     text = redact_text(text)
+    lowered = text.lower()
+    if not any(marker in lowered for marker in _PATTERN_MARKERS):
+        return text  # every pattern needs one of these words: most log lines hold none
     for pattern in _PATTERNS:
         text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + REDACTED, text)
     for gateway_pattern, replacement in _GATEWAY_PATTERNS:
