@@ -14,9 +14,9 @@ Guarantees (docs/architecture.md, "The run's invariants"):
 - Events that announce a committed state change are published after their commit; deltas are sent at once and
   committed with the next group. What is numbered is what every subscriber and the log receive: nothing merges
   after numbering, so a live stream and a replay carry the same events byte for byte.
-- The first delta of a content block goes out at once; later deltas that arrive while the previous send is in
-  flight (before the event loop comes round again) merge into one event, sent at the next turn of the loop or
-  before any other event."""
+- The first delta of a content block goes out at once (the run yields to its subscribers after publishing it);
+  later deltas that arrive while the previous send is in flight (before the event loop comes round again) merge
+  into one event, sent at the next turn of the loop or before any other event."""
 
 from __future__ import annotations
 
@@ -237,8 +237,15 @@ class SessionLedger:
 
     async def _send_delta(self, run_id: str, body: EventBody) -> None:
         self._delta_window_open = True
-        asyncio.get_running_loop().call_soon(self._close_delta_window)
-        await self.emit_buffered(run_id, body)
+        try:
+            await self.emit_buffered(run_id, body)
+            if self._subscribers:
+                # The model's events often arrive many to one read: without this yield the subscribers would
+                # send this delta only once the run has read them all and reached its next wait.
+                await asyncio.sleep(0)
+        finally:
+            # Scheduled after the yield, so the deltas read meanwhile merge rather than go out one by one.
+            asyncio.get_running_loop().call_soon(self._close_delta_window)
 
     def _close_delta_window(self) -> None:
         self._delta_window_open = False
