@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,6 +39,27 @@ async def test_patterns_and_newest_first(layout: Layout) -> None:
     assert await run_text(tool, layout, pattern="./b.txt") == "b.txt"
     text, details = await run_details(tool, layout, pattern="**/*.rs")
     assert (text, details) == ("No files found.", {"count": 0, "truncated": False})
+
+
+async def test_a_pattern_of_one_directory_walks_no_directory_below_it(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`*.py` in a large tree reads the searched directory only; `**` and slashes still walk below."""
+    statted: list[str] = []
+    real_stat = os.stat
+
+    def recording_stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if isinstance(path, str) and path.endswith((".py", ".txt")):
+            statted.append(path)  # a file's check (the walk's own calls name directories and descriptors)
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", recording_stat)  # file_walk.py calls os.stat per file
+    tool = GlobTool()
+    assert await run_text(tool, layout, pattern="*.{py,txt}") == "b.txt\na.py"
+    assert sorted(statted) == ["a.py", "b.txt"]
+    statted.clear()
+    assert await run_text(tool, layout, pattern="src/*.py") == "src/c.py"
+    assert "c.py" in statted
 
 
 async def test_path_narrows_the_search_and_results_stay_workspace_relative(layout: Layout) -> None:

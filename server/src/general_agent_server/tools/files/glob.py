@@ -46,13 +46,18 @@ def _pattern(raw: str) -> str:
     return raw
 
 
+def _every_dir(relative: str) -> bool:
+    return True
+
+
 def _glob(workspace: Workspace, raw_path: str, pattern: str) -> ToolOutcome:
+    # Compiled once: matching each file with the pattern text would expand its braces again for every file.
+    matcher = wildcard.compile(pattern, flags=PATTERN_FLAGS)
+    # A pattern without a slash or `**` names files of the searched directory only: nothing below it is walked.
+    top_only = "/" not in pattern and "**" not in pattern
     with workspace.open_dir(raw_path) as (base_fd, base):
-        found = [
-            (file.mtime_ns, file.relative)
-            for file in regular_files(base_fd)
-            if wildcard.globmatch(file.relative, pattern, flags=PATTERN_FLAGS)
-        ]
+        files = regular_files(base_fd, skip_dir=_every_dir if top_only else None)
+        found = [(file.mtime_ns, file.relative) for file in files if matcher.match(file.relative)]
     if not found:
         return ToolOutcome.text("No files found.", {"count": 0, "truncated": False})
     # Newest first; the path breaks ties so the order is stable.

@@ -59,12 +59,14 @@ class GlobFilter:
         self.exclude = glob.startswith("!")
         pattern = glob[1:] if self.exclude else glob
         anchored = pattern.startswith("/")
-        self._pattern = pattern.lstrip("/")
+        pattern = pattern.lstrip("/")
         # Without a slash (and not anchored), a glob matches a file's name wherever it is.
-        self._flags = _GLOB_FLAGS if anchored or "/" in self._pattern else _GLOB_FLAGS | wildcard.MATCHBASE
+        flags = _GLOB_FLAGS if anchored or "/" in pattern else _GLOB_FLAGS | wildcard.MATCHBASE
+        # Compiled once: matching with the pattern text would expand its braces again for every path.
+        self._matcher = wildcard.compile(pattern, flags=flags)
 
     def matches(self, relative: str) -> bool:
-        return wildcard.globmatch(relative, self._pattern, flags=self._flags)
+        return self._matcher.match(relative)
 
     def keeps_file(self, relative: str) -> bool:
         return self.matches(relative) != self.exclude
