@@ -22,10 +22,8 @@ def apply_write(conn: sqlite3.Connection, batch: WriteBatch, operation: Operatio
     if operation is not None:
         operation.run(conn, batch)
     if batch.session is not None:
-        _update_session(conn, batch.session)
-        if batch.take_lease:
-            _take_lease(conn, batch)
-    if batch.release_lease:
+        _update_session(conn, batch.session, batch)
+    elif batch.release_lease:
         conn.execute(
             "UPDATE sessions SET lease_owner='', lease_expires_us=0 WHERE tenant=? AND session_id=? AND lease_owner=?",
             (batch.tenant, batch.session_id, batch.release_lease),
@@ -41,36 +39,55 @@ def apply_write(conn: sqlite3.Connection, batch: WriteBatch, operation: Operatio
         HookRegistration(plugin_id=plugin_id, registration_json=registration_json).run(conn, batch)
 
 
-def _update_session(conn: sqlite3.Connection, record: SessionRecord) -> None:
-    """The compare-and-set: stores `record` only over version `record.version - 1`."""
-    cur = conn.execute(
-        "UPDATE sessions SET session_key=?, mode=?, parent_session_id=?, state=?, config_json=?,"
-        " labels_json=?, runtime_json=?, last_sequence=?, sequence_reserved=?, history_message_count=?,"
-        " update_time_us=?, version=? WHERE tenant=? AND session_id=? AND version=?",
-        (*session_columns(record)[2:], record.tenant, record.session_id, record.version - 1),
-    )
-    if cur.rowcount != 1:
-        raise VersionConflictError(f"session {record.session_id!r}: expected stored version {record.version - 1}")
+_SESSION_UPDATE = (
+    "UPDATE sessions SET session_key=?, mode=?, parent_session_id=?, state=?, config_json=?, labels_json=?,"
+    " runtime_json=?, last_sequence=?, sequence_reserved=?, history_message_count=?, update_time_us=?, version=?"
+)
+_SESSION_WHERE = " WHERE tenant=? AND session_id=? AND version=?"
 
 
-def _take_lease(conn: sqlite3.Connection, batch: WriteBatch) -> None:
-    """The lease for `batch.take_lease`, unless another owner holds a live one (then the caller's transaction rolls
-    the batch back)."""
-    now_us = to_us(datetime.now(UTC))
+def _update_session(conn: sqlite3.Connection, record: SessionRecord, batch: WriteBatch) -> None:
+    """The compare-and-set: stores `record` only over version `record.version - 1`; the lease the batch takes or
+    releases goes in the same statement (one write of the row per step, not two or three)."""
+    lease_set, lease_where, lease_args, where_args = _lease_clauses(batch)
     cur = conn.execute(
-        "UPDATE sessions SET lease_owner=?, lease_expires_us=? WHERE tenant=? AND session_id=?"
-        " AND (lease_owner='' OR lease_owner=? OR lease_expires_us<?)",
-        (
-            batch.take_lease,
-            now_us + int(batch.lease_ttl_seconds * 1_000_000),
-            batch.tenant,
-            batch.session_id,
-            batch.take_lease,
-            now_us,
-        ),
+        _SESSION_UPDATE + lease_set + _SESSION_WHERE + lease_where,
+        (*session_columns(record)[2:], *lease_args, record.tenant, record.session_id, record.version - 1, *where_args),
     )
     if cur.rowcount != 1:
-        raise VersionConflictError(f"session {batch.session_id!r}: another owner holds its lease")
+        raise VersionConflictError(_conflict(conn, batch, record.version - 1))
+
+
+def _lease_clauses(batch: WriteBatch) -> tuple[str, str, tuple[object, ...], tuple[object, ...]]:
+    """(SET part, WHERE part, their arguments) for the lease of a session step. A take commits only while no
+    other owner holds a live lease; a release frees only its owner's lease (SET sees the row as it was, so a
+    take and a release by one owner in one batch leave the lease free, as the take then the release would)."""
+    if batch.take_lease:
+        now_us = to_us(datetime.now(UTC))
+        where = " AND (lease_owner='' OR lease_owner=? OR lease_expires_us<?)"
+        where_args = (batch.take_lease, now_us)
+        if batch.release_lease == batch.take_lease:
+            return ", lease_owner='', lease_expires_us=0", where, (), where_args
+        expires = now_us + int(batch.lease_ttl_seconds * 1_000_000)
+        return ", lease_owner=?, lease_expires_us=?", where, (batch.take_lease, expires), where_args
+    if batch.release_lease:
+        owner = batch.release_lease
+        freed = (
+            ", lease_owner=CASE WHEN lease_owner=? THEN '' ELSE lease_owner END,"
+            " lease_expires_us=CASE WHEN lease_owner=? THEN 0 ELSE lease_expires_us END"
+        )
+        return freed, "", (owner, owner), ()
+    return "", "", (), ()
+
+
+def _conflict(conn: sqlite3.Connection, batch: WriteBatch, expected: int) -> str:
+    """Why a step wrote nothing: its session changed, or another owner holds the lease it would take."""
+    row = conn.execute(
+        "SELECT version FROM sessions WHERE tenant=? AND session_id=?", (batch.tenant, batch.session_id)
+    ).fetchone()
+    if row is not None and row[0] == expected and batch.take_lease:
+        return f"session {batch.session_id!r}: another owner holds its lease"
+    return f"session {batch.session_id!r}: expected stored version {expected}"
 
 
 def _write_history(conn: sqlite3.Connection, batch: WriteBatch) -> None:

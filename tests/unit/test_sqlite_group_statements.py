@@ -1,0 +1,82 @@
+"""A session step writes its row once: the lease the step takes (a run starting) or releases (a run ending) is
+written by the step's own compare-and-set UPDATE, not by UPDATEs of its own (bench/README.md has the figures).
+The conformance suite checks what is stored and refused; this checks how many statements store it."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from general_agent_server.domain.session import SessionRecord
+from general_agent_server.store.group_commit import QueuedWrite
+from general_agent_server.store.port import VersionConflictError, WriteBatch
+from general_agent_server.store.rows import session_columns
+from general_agent_server.store.sqlite.migrations import migrate
+from general_agent_server.store.sqlite.operations import Operation
+from general_agent_server.store.sqlite.writer import _transaction
+from general_agent_server.store.testing.factories import bump, make_event, make_session
+
+TENANT, SID = "t", "s1"
+
+
+@pytest.fixture
+def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
+    path = tmp_path / "group.sqlite3"
+    connection = sqlite3.connect(path, isolation_level=None)
+    migrate(connection, path)
+    yield connection
+    connection.close()
+
+
+def stored(conn: sqlite3.Connection) -> SessionRecord:
+    record = make_session(TENANT, SID)
+    columns = session_columns(record)
+    conn.execute(
+        "INSERT INTO sessions (tenant, session_id, session_key, mode, parent_session_id, state, config_json,"
+        " labels_json, runtime_json, last_sequence, sequence_reserved, history_message_count, update_time_us,"
+        " version, create_time_us) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (*columns, 0),
+    )
+    return record
+
+
+def session_updates(conn: sqlite3.Connection, batch: WriteBatch) -> int:
+    """The UPDATEs of the sessions table one group of `batch` executes."""
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        _transaction(conn, [QueuedWrite[Operation](batch, None)])
+    finally:
+        conn.set_trace_callback(None)
+    return sum(1 for s in statements if s.startswith("UPDATE sessions"))
+
+
+def lease(conn: sqlite3.Connection) -> tuple[str, bool]:
+    owner, expires = conn.execute("SELECT lease_owner, lease_expires_us FROM sessions").fetchone()
+    return owner, expires > 0
+
+
+def test_a_step_takes_and_releases_the_lease_in_its_own_update(conn: sqlite3.Connection) -> None:
+    record = stored(conn)
+    start = bump(record)
+    taking = WriteBatch(
+        tenant=TENANT, session_id=SID, session=start, events=[make_event(SID, 1)], take_lease="a", lease_ttl_seconds=30
+    )
+    assert session_updates(conn, taking) == 1
+    assert lease(conn) == ("a", True)
+    # Another owner's take over a live lease writes nothing, and says why.
+    other = WriteBatch(tenant=TENANT, session_id=SID, session=bump(start), take_lease="b", lease_ttl_seconds=30)
+    with pytest.raises(VersionConflictError, match="another owner holds its lease"):
+        session_updates(conn, other)
+    assert conn.execute("SELECT version FROM sessions").fetchone() == (start.version,)
+    # A release by another owner leaves the lease alone; the owner's frees it.
+    foreign = WriteBatch(tenant=TENANT, session_id=SID, session=bump(start), release_lease="b")
+    assert session_updates(conn, foreign) == 1
+    assert lease(conn) == ("a", True)
+    ending = WriteBatch(tenant=TENANT, session_id=SID, session=bump(bump(start)))
+    ending.release_lease = "a"
+    assert session_updates(conn, ending) == 1
+    assert lease(conn) == ("", False)
