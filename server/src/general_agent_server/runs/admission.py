@@ -42,8 +42,9 @@ class PreparedAdmission:
     # The transcript entries passed the write-path hooks already (before the model hooks, in hook order).
     filtered: bool
 
-    async def commit(self, ledger: SessionLedger, *, take_lease: bool = False) -> None:
-        """`take_lease`: the session's lease is taken by this commit (sessions/turn_admission.py)."""
+    async def commit(self, ledger: SessionLedger, *, take_lease: bool = False, publish: bool = True) -> None:
+        """`take_lease`: the session's lease is taken by this commit (sessions/turn_admission.py). `publish=False`:
+        the caller publishes run_started (ledger.commit)."""
         await ledger.commit(
             events=[self.started],
             transcript=self.transcript,
@@ -51,6 +52,7 @@ class PreparedAdmission:
             history=[self.user_message],
             runs=[self.run.record],
             take_lease=take_lease,
+            publish=publish,
             state=SessionState.RUNNING,
             active_run_id=self.run.run_id,
         )

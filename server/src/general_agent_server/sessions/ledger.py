@@ -278,9 +278,11 @@ class SessionLedger:
         transcript_filtered: bool = False,
         idempotency: IdempotencyRecord | None = None,
         take_lease: bool = False,
+        publish: bool = True,
         **changes: object,
     ) -> None:
-        """Commits one step atomically (compare-and-set on the session version), then publishes its events.
+        """Commits one step atomically (compare-and-set on the session version), then publishes its events
+        (`publish=False`: the caller publishes them, before it next yields to the loop).
         `transcript_filtered`: the caller has passed the entries through the write-path hooks already (to keep
         the hook order of a tool round). `take_lease`: the step takes this replica's lease in its transaction, and
         fails as a changed session does (SESSION_BUSY, the copy marked stale) while another replica holds it."""
@@ -307,6 +309,7 @@ class SessionLedger:
                     changes={**changes, **derive(self.record)} if derive is not None else changes,
                     idempotency=idempotency,
                     take_lease=take_lease,
+                    publish=publish,
                 )
             finally:
                 self._commit_lock.release()
@@ -334,6 +337,7 @@ class SessionLedger:
         changes: dict[str, object],
         idempotency: IdempotencyRecord | None,
         take_lease: bool,
+        publish: bool,
     ) -> None:
         # Nothing is stored or exported with a secret the server knows in it (model text and host input included).
         transcript, history, runs, tool_calls = redact((transcript, history, runs, tool_calls))
@@ -382,7 +386,7 @@ class SessionLedger:
         if transcript:
             self._exporter.append(self.tenant, self.session_id, transcript)
         session_log.committed(self.tenant, self.session_id, events, transcript)
-        if events:
+        if events and publish:
             self.publish(events)
 
     def force_idle(self, events: list[SequencedEvent]) -> None:

@@ -204,7 +204,7 @@ async def _start_owned(
     if lease_in_commit:
         # The commit may find the lease held elsewhere: nothing is asked of the model before it has landed.
         try:
-            await admission.commit(session.ledger, take_lease=True)
+            await admission.commit(session.ledger, take_lease=True, publish=False)
         except BaseException:
             session.run = None
             session.release_slot()
@@ -212,6 +212,9 @@ async def _start_owned(
         session.deps.ownership.adopt(session.tenant, session.session_id)
         run.task = asyncio.create_task(driver.execute(), name=f"run-{run.run_id}")
         run.admitted.set()
+        # Published after the driver's task is scheduled: the model request goes out first, and the streams send
+        # run_started while the model answers.
+        session.ledger.publish([admission.started])
         return run
     # The model request goes out while the admission commits (it only reads the history it is given); the
     # driver emits nothing until `admitted` is set.
