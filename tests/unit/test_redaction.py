@@ -8,11 +8,14 @@ import json
 import logging
 import secrets
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 from general_agent_server.config import load_settings
 from general_agent_server.domain.content import ImagePart, TextPart
-from general_agent_server.domain.events import ToolResult
+from general_agent_server.domain.events import RunOutcome, ToolResult
+from general_agent_server.domain.session import Usage
 from general_agent_server.exports.event_log import EventLog
 from general_agent_server.hooks.admin import HookAdmin
 from general_agent_server.hooks.payloads import IncludeMessages, MessageHistory, MessageSelection, shape_event
@@ -24,6 +27,7 @@ from general_agent_server.security.redaction import (
     SECRETS,
     redact,
     redact_text,
+    redaction_plan,
     register_secret,
     scrub,
 )
@@ -87,6 +91,34 @@ def test_redact_walks_every_shape_and_keeps_what_did_not_change() -> None:
     assert redacted.items[3] is value.items[3]
     clean = Holder(items=(TextPart(text="nothing here"),))
     assert redact(clean) is clean
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Typed:
+    name: str
+    count: int
+    at: datetime
+    outcome: RunOutcome | None
+    usage: Usage
+    kind: Literal["typed"] = "typed"
+    parent: Typed | None = None
+    extra: object = None
+
+
+def test_redact_walks_only_the_fields_whose_declared_type_can_hold_text() -> None:
+    """The walk of a record skips what its annotations say is a number, a time, an enum, a constant or a record of
+    numbers; what can hold text (a string, a union with one, an untyped field, the record itself) is walked."""
+    key = register_secret(fresh())
+    at = datetime.now(UTC)
+    inner = Typed(name=key, count=1, at=at, outcome=None, usage=Usage(), extra=[key])
+    value = Typed(name=f"x{key}", count=2, at=at, outcome=RunOutcome.COMPLETED, usage=Usage(), parent=inner)
+    assert redaction_plan(Typed) == ("name", "parent", "extra")
+    assert redaction_plan(Usage) == ()
+    redacted = redact(value)
+    assert redacted.name == f"x{REDACTED}"
+    assert redacted.parent is not None
+    assert (redacted.parent.name, redacted.parent.extra) == (REDACTED, [REDACTED])
+    assert (redacted.count, redacted.at, redacted.outcome, redacted.usage) == (2, at, RunOutcome.COMPLETED, Usage())
 
 
 def test_scrub_covers_the_registry_and_key_shapes() -> None:

@@ -10,9 +10,13 @@ replacing short strings everywhere would mangle ordinary text and hide nothing w
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import enum
 import json
 import re
 import threading
+import types
+import typing
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
@@ -129,7 +133,7 @@ def _redact(value: Any, secrets: tuple[str, ...]) -> Any:
             return value
         return elements if isinstance(value, list) else tuple(elements)
     changes = {}
-    for name in _init_fields(type(value)):
+    for name in redaction_plan(type(value)):
         old = getattr(value, name)
         new = _redact(old, secrets)
         if new is not old:
@@ -151,7 +155,7 @@ def _kind_of(cls: type) -> str:
     elif issubclass(cls, list | tuple):
         kind = _SEQUENCE
     elif dataclasses.is_dataclass(cls):
-        kind = _DATACLASS
+        kind = _DATACLASS if redaction_plan(cls) else _ATOM  # e.g. a usage record: numbers only
     else:
         kind = _ATOM
     _KINDS[cls] = kind
@@ -161,12 +165,38 @@ def _kind_of(cls: type) -> str:
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _init_fields(cls: type) -> tuple[str, ...]:
+def redaction_plan(cls: type) -> tuple[str, ...]:
+    """The init fields of a dataclass that can hold text, by their annotations: a field declared a number, a
+    time, an enum or bytes (or a union of those) is never walked. A class whose annotations do not resolve has
+    every init field walked."""
     names = _FIELDS.get(cls)
     if names is None:
-        names = tuple(f.name for f in dataclasses.fields(cls) if f.init)
+        try:
+            hints = typing.get_type_hints(cls)
+        except Exception:  # an annotation naming what the module imports only for type checking
+            hints = {}
+        fields = [f for f in dataclasses.fields(cls) if f.init]
+        _FIELDS[cls] = tuple(f.name for f in fields)  # while it is worked out: a class naming itself walks it
+        names = tuple(f.name for f in fields if _may_hold_text(hints.get(f.name, object)))
         _FIELDS[cls] = names
     return names
+
+
+# Types whose values are never text a secret can sit in (a StrEnum's values are the server's own constants).
+_TEXTLESS = (int, float, complex, datetime.date, datetime.time, datetime.timedelta, enum.Enum, bytes, type(None))
+
+
+def _may_hold_text(annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_may_hold_text(arg) for arg in typing.get_args(annotation))
+    if origin is typing.Literal:
+        return False  # constants of the code (an event's kind)
+    if isinstance(annotation, type) and origin is None:
+        return not issubclass(annotation, _TEXTLESS) and not (
+            dataclasses.is_dataclass(annotation) and not redaction_plan(annotation)
+        )
+    return True  # str, Any, containers, a type variable: walked
 
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
