@@ -47,20 +47,31 @@ class Endings:
         """The terminal commit; a COMPLETED end with a steering message undelivered is one more model call."""
         if step.outcome is RunOutcome.COMPLETED:
             if not self._host.ledger.record.pending_injections:
+                step = await self._close_call_ahead(step)
                 try:
                     await self.finish(step)
                     return None
                 except CommitRefused:
                     pass  # a steering message was committed just before the end: it is delivered next
             ledger = self._host.ledger
-            events = [
-                *step.lead_events,
-                ledger.stamp(self._run.run_id, TurnComplete(stop_reason=step.stop_reason or StopReason.STOP)),
-            ]
+            events = list(step.lead_events)
+            if not step.call_closed:
+                events.append(
+                    ledger.stamp(self._run.run_id, TurnComplete(stop_reason=step.stop_reason or StopReason.STOP))
+                )
             await ledger.commit(events=events, transcript=step.transcript, history=step.history, **step.changes)
             return CallModel()
         await self.finish(step)
         return None
+
+    async def _close_call_ahead(self, step: EndRun) -> EndRun:
+        """The model call's usage_snapshot and turn_complete go out before the terminal commit (only run_finished
+        waits for it, docs/protocol.md): the host reads them while the commit runs."""
+        ledger = self._host.ledger
+        closed = ledger.stamp(self._run.run_id, TurnComplete(stop_reason=step.stop_reason or StopReason.STOP))
+        if not await ledger.send_ahead([*step.lead_events, closed]):
+            return replace(step, lead_events=[*step.lead_events, closed], call_closed=True)
+        return replace(step, lead_events=[], call_closed=True)
 
     async def fail(self, failed: Failed) -> None:
         await self._run.admitted.wait()
@@ -156,7 +167,7 @@ class Endings:
         await ledger.flush_deltas()
         events = list(step.lead_events)
         closes_model_call = step.outcome is RunOutcome.COMPLETED or step.reason in _CLOSE_MODEL_CALL
-        model_call_closed = any(isinstance(e.body, TurnComplete) for e in events)
+        model_call_closed = step.call_closed or any(isinstance(e.body, TurnComplete) for e in events)
         if step.stop_reason is not None and closes_model_call and not model_call_closed:
             events.append(ledger.stamp(run.run_id, TurnComplete(stop_reason=step.stop_reason, error=step.turn_error)))
         finished = ledger.stamp(

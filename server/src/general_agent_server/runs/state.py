@@ -242,6 +242,8 @@ class EndRun:
     transcript: list[TranscriptEntry] = field(default_factory=list)
     history: list[HistoryMessage] = field(default_factory=list)
     changes: dict[str, Any] = field(default_factory=dict)
+    # The model call's turn_complete went out already (with the lead events, runs/endings.py).
+    call_closed: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

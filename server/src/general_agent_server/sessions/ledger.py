@@ -264,6 +264,18 @@ class SessionLedger:
         )
         self.publish([event])
 
+    async def send_ahead(self, events: list[SequencedEvent]) -> bool:
+        """Stamped events that announce no committed change (a call's usage_snapshot and turn_complete), sent now
+        and stored with the next group, as deltas are, so the streams send them while the commit they precede
+        runs. False (nothing done) when they are numbered past the reserved block: they then go with the commit."""
+        if not events or events[-1].sequence > self.record.sequence_reserved:
+            return False
+        await self.flush_deltas()
+        batch = WriteBatch(tenant=self.tenant, session_id=self.session_id, events=events)
+        await self._store.write(batch, durable=False)
+        self.publish(events)
+        return True
+
     # ------------------------------------------------------------------ commits
     async def commit(
         self,
