@@ -220,3 +220,36 @@ async def test_escapes_are_tool_errors(env: Env, fake_model: FakeAnthropic) -> N
     assert (env.outside / "secret.txt").read_text() == SECRET
     assert not (env.root / "escape.txt").exists()
     assert (workspace / "a.txt").read_text() == "one\n"
+
+
+def kinds_of(events: list[Any], kind: str) -> list[Any]:
+    return [e for e in events if e.WhichOneof("event") == kind]
+
+
+async def test_a_workspace_is_created_by_the_first_write_not_by_a_search(env: Env, fake_model: FakeAnthropic) -> None:
+    """A session that only searches puts nothing on disk: its workspace is empty to glob, grep and read; the
+    first write creates it, and the next search sees what was written."""
+    sid = await new_session(env.stub)
+    workspace = env.root / "default" / sid
+    fake_model.enqueue(
+        Reply(
+            blocks=[
+                ToolUseBlock(id="toolu_g", name="glob", input={"pattern": "**/*"}),
+                ToolUseBlock(id="toolu_r", name="grep", input={"pattern": "x"}),
+                ToolUseBlock(id="toolu_d", name="read", input={"path": "notes.md"}),
+                ToolUseBlock(id="toolu_s", name="glob", input={"pattern": "*", "path": "sub"}),
+            ]
+        ),
+        TextReply("nothing yet"),
+    )
+    events = await stream_turn(env.stub, sid, "look around")
+    results = {e.tool_result.call_id: e.tool_result.output[0].text.text for e in kinds_of(events, "tool_result")}
+    errors = {e.tool_error.call_id: e.tool_error.error for e in kinds_of(events, "tool_error")}
+    assert results == {"toolu_g": "No files found.", "toolu_r": "No matches found."}
+    assert errors == {"toolu_d": "File not found: notes.md", "toolu_s": "File not found: sub"}
+    assert not workspace.exists()
+
+    await one_call(env, fake_model, sid, call("toolu_w", "write", path="notes.md", content="x marks\n"))
+    assert (workspace / "notes.md").read_text() == "x marks\n"
+    events = await one_call(env, fake_model, sid, call("toolu_g2", "grep", pattern="x"))
+    assert last_of(events, "tool_result").output[0].text.text == "notes.md:1:x marks"

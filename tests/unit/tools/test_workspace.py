@@ -281,3 +281,19 @@ def test_a_link_swapped_in_before_a_write_is_replaced_not_followed(
     assert not os.path.islink(ws / "target.txt")
     assert (ws / "target.txt").read_bytes() == b"new"
     assert (layout.outside / "secret.txt").read_text() == SECRET
+
+
+def test_an_unborn_workspace_is_made_by_its_first_write(tmp_path: Path) -> None:
+    """Until something is written, the root does not exist: only the root itself names an unborn root, and
+    asking creates nothing; a write creates the root with the file."""
+    workspace = Workspace(tmp_path / "tenant" / "session")
+    assert workspace.unborn
+    for raw in [".", "./", str(tmp_path / "tenant" / "session")]:
+        assert workspace.names_unborn_root(raw), raw
+    for raw in ["sub", "a.txt", "sub/b.txt"]:
+        assert not workspace.names_unborn_root(raw), raw
+    assert not (tmp_path / "tenant").exists()
+    workspace.write_bytes("notes.md", b"x")
+    assert not workspace.unborn
+    assert not workspace.names_unborn_root(".")
+    assert (tmp_path / "tenant" / "session" / "notes.md").read_bytes() == b"x"

@@ -213,7 +213,6 @@ class ToolRound:
         local = [r for r in run.round if r.status is CallStatus.PENDING and r.kind is CallKind.LOCAL]
         if not local:
             return
-        host.workspace.mkdir(parents=True, exist_ok=True)
         for record in local:
             execution = tools.execute(
                 record.tool_name, json.loads(record.input_json), host.tool_context(run.run_id, record.call_id)

@@ -62,6 +62,16 @@ class Workspace:
         self.root = Path(os.path.realpath(root))
         self._roots = (self.root, Path(os.path.abspath(root)))
 
+    @property
+    def unborn(self) -> bool:
+        """Whether the root does not exist yet. A session's workspace is created by the first tool that writes
+        into it (write, edit, apply_patch, exec), not before: until then it is empty."""
+        return not os.path.isdir(self.root)
+
+    def names_unborn_root(self, raw: str | WorkspacePath) -> bool:
+        """Whether `raw` is the root of a workspace that does not exist yet (an empty directory to a search)."""
+        return self.unborn and not self.resolve(raw).parts
+
     def resolve(self, raw: str | WorkspacePath) -> WorkspacePath:
         """Where `raw` leads, links resolved; names that do not exist yet are taken as written."""
         with self._locate(raw, Missing.ASSUME) as located:

@@ -46,12 +46,17 @@ def _pattern(raw: str) -> str:
     return raw
 
 
+_NO_FILES = ToolOutcome.text("No files found.", {"count": 0, "truncated": False})
+
+
 def _every_dir(relative: str) -> bool:
     return True
 
 
 def _glob(workspace: Workspace, raw_path: str, pattern: str) -> ToolOutcome:
     # Compiled once: matching each file with the pattern text would expand its braces again for every file.
+    if workspace.names_unborn_root(raw_path):
+        return _NO_FILES
     matcher = wildcard.compile(pattern, flags=PATTERN_FLAGS)
     # A pattern without a slash or `**` names files of the searched directory only: nothing below it is walked.
     top_only = "/" not in pattern and "**" not in pattern
@@ -59,7 +64,7 @@ def _glob(workspace: Workspace, raw_path: str, pattern: str) -> ToolOutcome:
         files = regular_files(base_fd, skip_dir=_every_dir if top_only else None)
         found = [(file.mtime_ns, file.relative) for file in files if matcher.match(file.relative)]
     if not found:
-        return ToolOutcome.text("No files found.", {"count": 0, "truncated": False})
+        return _NO_FILES
     # Newest first; the path breaks ties so the order is stable.
     found.sort(key=lambda item: (-item[0], item[1]))
     prefix = "" if not base.parts else base.display + "/"

@@ -87,8 +87,10 @@ class GrepTool:
         )
         workspace = Workspace(context.workspace)
         raw_path = str(arguments.get("path") or ".")
-        status, _ = await asyncio.to_thread(workspace.stat, raw_path)
+        status, target = await asyncio.to_thread(workspace.stat, raw_path)
         engine = self.engine
+        if status is None and not target.parts and workspace.unborn:
+            return ToolOutcome.text("No matches found.", {"matches": 0, "truncated": False, "engine": engine})
         if status is not None and not stat.S_ISDIR(status.st_mode):
             result, where = await asyncio.to_thread(_search_file, workspace, raw_path, query)
             single_file, engine = True, "python"
