@@ -91,15 +91,32 @@ class JsonlFiles:
     def _write_files(self, pending: dict[_Key, list[str]], truncate: set[_Key]) -> None:
         for key in truncate:
             if key not in pending:
-                _open_private(self.path_for(*key), truncate=True).close()
+                _write_private(self.path_for(*key), b"", truncate=True)
         for key, lines in pending.items():
-            with _open_private(self.path_for(*key), truncate=key in truncate) as handle:
-                handle.write(_text(lines))
+            _write_private(self.path_for(*key), _text(lines).encode(), truncate=key in truncate)
 
 
 def _text(lines: list[str]) -> str:
     """The lines as written: every line a writer hands over (a turn's input included) is redacted here."""
     return "".join(redact_text(line) + "\n" for line in lines)
+
+
+def _write_private(path: Path, data: bytes, *, truncate: bool) -> None:
+    """Appends `data` to the file (or replaces its content), creating the file 0600 and its directory 0700 when
+    missing. Raw descriptors: a batch's append is an open, a write and a close, without the text layer's terminal
+    check and seek, or a directory check per file (the directory is made only when the open finds it missing)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_TRUNC if truncate else os.O_APPEND)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, flags, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def _open_private(path: Path, *, truncate: bool) -> Any:
