@@ -54,9 +54,9 @@ def _every_dir(relative: str) -> bool:
 
 
 def _glob(workspace: Workspace, raw_path: str, pattern: str) -> ToolOutcome:
-    # Compiled once: matching each file with the pattern text would expand its braces again for every file.
     if workspace.names_unborn_root(raw_path):
         return _NO_FILES
+    # Compiled once: matching each file with the pattern text would expand its braces again for every file.
     matcher = wildcard.compile(pattern, flags=PATTERN_FLAGS)
     # A pattern without a slash or `**` names files of the searched directory only: nothing below it is walked.
     top_only = "/" not in pattern and "**" not in pattern
