@@ -9,7 +9,6 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from general_agent_server.security.redaction import redact_text
 
@@ -119,12 +118,6 @@ def _write_private(path: Path, data: bytes, *, truncate: bool) -> None:
         os.close(fd)
 
 
-def _open_private(path: Path, *, truncate: bool) -> Any:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else os.O_APPEND)
-    return os.fdopen(os.open(path, flags, 0o600), "w", encoding="utf-8")
-
-
 def line_count(path: Path) -> int:
     try:
         with path.open("rb") as handle:
@@ -134,5 +127,4 @@ def line_count(path: Path) -> int:
 
 
 def rewrite(path: Path, lines: list[str]) -> None:
-    with _open_private(path, truncate=True) as handle:
-        handle.write(_text(lines))
+    _write_private(path, _text(lines).encode(), truncate=True)

@@ -54,15 +54,18 @@ def _every_dir(relative: str) -> bool:
 
 
 def _glob(workspace: Workspace, raw_path: str, pattern: str) -> ToolOutcome:
-    if workspace.names_unborn_root(raw_path):
-        return _NO_FILES
     # Compiled once: matching each file with the pattern text would expand its braces again for every file.
     matcher = wildcard.compile(pattern, flags=PATTERN_FLAGS)
     # A pattern without a slash or `**` names files of the searched directory only: nothing below it is walked.
     top_only = "/" not in pattern and "**" not in pattern
-    with workspace.open_dir(raw_path) as (base_fd, base):
-        files = regular_files(base_fd, skip_dir=_every_dir if top_only else None)
-        found = [(file.mtime_ns, file.relative) for file in files if matcher.match(file.relative)]
+    try:
+        with workspace.open_dir(raw_path) as (base_fd, base):
+            files = regular_files(base_fd, skip_dir=_every_dir if top_only else None)
+            found = [(file.mtime_ns, file.relative) for file in files if matcher.match(file.relative)]
+    except ToolFailure:
+        if workspace.names_unborn_root(raw_path):
+            return _NO_FILES  # nothing was written into it yet: the workspace is empty
+        raise
     if not found:
         return _NO_FILES
     # Newest first; the path breaks ties so the order is stable.
