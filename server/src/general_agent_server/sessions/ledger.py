@@ -47,6 +47,7 @@ from general_agent_server.security.redaction import redact
 from general_agent_server.sessions import session_log
 from general_agent_server.sessions.subscribers import Subscriber
 from general_agent_server.store.port import SessionStore, VersionConflictError, WriteBatch
+from general_agent_server.store.uncancellable import run_to_end
 
 logger = logging.getLogger(__name__)
 
@@ -326,16 +327,8 @@ class SessionLedger:
             finally:
                 self._commit_lock.release()
 
-        write = asyncio.ensure_future(serialised())
-        cancelled = False
-        while not write.done():
-            try:
-                await asyncio.shield(write)
-            except asyncio.CancelledError:
-                cancelled = True
-        write.result()
-        if cancelled:
-            raise asyncio.CancelledError
+        # Run to its end in this task (store/uncancellable.py): a cancellation meanwhile is raised once it has landed.
+        await run_to_end(serialised())
 
     async def _commit_now(
         self,

@@ -18,6 +18,7 @@ from typing import Generic, TypeVar
 
 from general_agent_server.observability.port import Observer
 from general_agent_server.store.port import StoreError, WriteBatch
+from general_agent_server.store.uncancellable import LandingFuture
 from general_agent_server.store.wakeups import Flag
 
 logger = logging.getLogger(__name__)
@@ -66,23 +67,34 @@ class GroupCommitLoop(ABC, Generic[Op]):
 
     async def submit(self, batch: WriteBatch, *, durable: bool = True, operation: Op | None = None) -> None:
         """Queues a write; a durable one (every operation is) returns once committed or raises StoreError."""
-        if self._task is None:
+        if self._task is None or self._task.done():
             raise StoreError("store is not open")
         if not durable and operation is None:
             self._queue.put_nowait(QueuedWrite(batch, None))
             return
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # A write once queued commits whatever happens to its caller: a cancelled caller learns of it after.
+        done = LandingFuture(loop=asyncio.get_running_loop())
         self._queue.put_nowait(QueuedWrite(batch, done, operation))
         self._urgent.wake()
         await done
 
     async def _loop(self) -> None:
+        group: list[QueuedWrite[Op]] = []
+        try:
+            await self._serve(group)
+        finally:
+            # Ended early (the task cancelled at shutdown): no caller may wait forever for a write that will not land.
+            _abandon([*group, *self._drain()])
+
+    async def _serve(self, group: list[QueuedWrite[Op]]) -> None:
+        """The loop's body; `group` holds the writes being committed, for `_loop` to settle if the task ends."""
         stopping = False
         while not stopping:
+            group.clear()
             first = await self._queue.get()
             if first is None:
                 break
-            group = [first]
+            group.append(first)
             if first.done is None:
                 # Only buffered writes so far: give more a moment to arrive, unless one must commit now.
                 await self._urgent.wait(self._flush_interval)
@@ -95,13 +107,19 @@ class GroupCommitLoop(ABC, Generic[Op]):
                 group.append(item)
             await self._commit(group)
         # Drain anything left so no caller waits forever.
+        group.clear()
+        group.extend(self._drain())
+        if group:
+            await self._commit(group)
+        group.clear()
+
+    def _drain(self) -> list[QueuedWrite[Op]]:
         rest: list[QueuedWrite[Op]] = []
         while not self._queue.empty():
             item = self._queue.get_nowait()
             if item is not None:
                 rest.append(item)
-        if rest:
-            await self._commit(rest)
+        return rest
 
     async def _commit(self, group: list[QueuedWrite[Op]]) -> None:
         started = time.perf_counter()
@@ -134,6 +152,12 @@ class GroupCommitLoop(ABC, Generic[Op]):
                     errors.append(None)
             return errors
         return [None] * len(group)
+
+
+def _abandon(items: list[QueuedWrite[Op]]) -> None:
+    for item in items:
+        if item.done is not None and not item.done.done():
+            item.done.set_exception(StoreError("the store closed before this write was known to have committed"))
 
 
 def _settle(item: QueuedWrite[Op], error: StoreError | None) -> None:
