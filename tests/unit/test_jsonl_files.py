@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import shutil
 import stat
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from general_agent_server.exports.jsonl_files import JsonlFiles
@@ -44,3 +46,19 @@ async def test_batches_append_to_private_files_made_when_missing(tmp_path: Path)
     assert first.read_text() == '{"e":5}\n'
     assert files.path_for("acme", "s3").read_text() == ""
     assert (_mode(first), _mode(first.parent)) == (0o600, 0o700)
+
+
+async def test_lines_are_read_on_the_writing_thread_not_by_the_appender(tmp_path: Path) -> None:
+    files = JsonlFiles(tmp_path / "export", name="test export")
+    read_on: list[str] = []
+
+    def lines() -> Iterator[str]:
+        read_on.append(threading.current_thread().name)
+        yield '{"a":1}'
+
+    files.append_lines("acme", "s1", lines())
+    assert read_on == []  # appending encodes nothing: the commit that produced the lines goes on at once
+    await files.flush()
+    assert files.path_for("acme", "s1").read_text() == '{"a":1}\n'
+    assert len(read_on) == 1
+    assert read_on[0] != threading.current_thread().name

@@ -1,5 +1,7 @@
 """Append-only JSONL files, one per session (`<root>/<tenant>/<session_id>.jsonl`, mode 0600), written
-after commit by one buffered background writer so the hot path never waits on file I/O."""
+after commit by one buffered background writer so the hot path never waits on file I/O, nor on encoding: the
+lines a writer hands over are an iterable read on the writing thread (a generator over immutable records encodes
+them there, not in the commit that produced them)."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ class JsonlFiles:
         self._root = root
         self._name = name
         # Keyed by (tenant, session id): the path is built on the writing thread, not per appended turn.
-        self._pending: dict[_Key, list[str]] = defaultdict(list)
+        self._pending: dict[_Key, list[Iterable[str]]] = defaultdict(list)
         self._truncate: set[_Key] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -47,7 +49,8 @@ class JsonlFiles:
             self._task = None
 
     def append_lines(self, tenant: str, session_id: str, lines: Iterable[str]) -> None:
-        self._pending[tenant, session_id].extend(lines)
+        """Queues `lines`, read later on the writing thread: what they are made from must not change meanwhile."""
+        self._pending[tenant, session_id].append(lines)
         self._wake.set()
 
     def truncate(self, tenant: str, session_id: str) -> None:
@@ -87,7 +90,7 @@ class JsonlFiles:
             truncate, self._truncate = set(self._truncate), set()
             await asyncio.to_thread(self._write_files, pending, truncate)
 
-    def _write_files(self, pending: dict[_Key, list[str]], truncate: set[_Key]) -> None:
+    def _write_files(self, pending: dict[_Key, list[Iterable[str]]], truncate: set[_Key]) -> None:
         for key in truncate:
             if key not in pending:
                 _write_private(self.path_for(*key), b"", truncate=True)
@@ -95,9 +98,9 @@ class JsonlFiles:
             _write_private(self.path_for(*key), _text(lines).encode(), truncate=key in truncate)
 
 
-def _text(lines: list[str]) -> str:
+def _text(batches: list[Iterable[str]]) -> str:
     """The lines as written: every line a writer hands over (a turn's input included) is redacted here."""
-    return "".join(redact_text(line) + "\n" for line in lines)
+    return "".join(redact_text(line) + "\n" for lines in batches for line in lines)
 
 
 def _write_private(path: Path, data: bytes, *, truncate: bool) -> None:
@@ -127,4 +130,4 @@ def line_count(path: Path) -> int:
 
 
 def rewrite(path: Path, lines: list[str]) -> None:
-    _write_private(path, _text(lines).encode(), truncate=True)
+    _write_private(path, _text([lines]).encode(), truncate=True)

@@ -33,9 +33,8 @@ class TranscriptExporter(JsonlFiles):
         super().__init__(root, name="transcript-export")
 
     def append(self, tenant: str, session_id: str, entries: Sequence[TranscriptEntry]) -> None:
-        self.append_lines(
-            tenant, session_id, (json.dumps(entry_json(e), ensure_ascii=False, separators=(",", ":")) for e in entries)
-        )
+        """Encoded on the writing thread, off the commit's path (the entries are immutable)."""
+        self.append_lines(tenant, session_id, map(_line, tuple(entries)))
 
     async def reconcile(self, tenant: str, session_id: str, source: TranscriptSource) -> None:
         """Rewrites the file from the store when its line count disagrees with the stored entries (a crash
@@ -47,5 +46,9 @@ class TranscriptExporter(JsonlFiles):
         if lines_on_disk == stored or (lines_on_disk < 0 and stored == 0):
             return
         entries = await source.read_transcript(tenant, session_id, after_entry_id=0, limit=stored + 1)
-        lines = [json.dumps(entry_json(e), ensure_ascii=False, separators=(",", ":")) for e in entries]
+        lines = [_line(e) for e in entries]
         await asyncio.to_thread(rewrite, path, lines)
+
+
+def _line(entry: TranscriptEntry) -> str:
+    return json.dumps(entry_json(entry), ensure_ascii=False, separators=(",", ":"))
