@@ -33,6 +33,7 @@ from general_agent_server.store.rows import (
     transcript_entries,
 )
 from general_agent_server.store.sqlite import checkpoints, commands
+from general_agent_server.store.sqlite.checkpointer import CHECKPOINT_SECONDS, WalCheckpointer
 from general_agent_server.store.sqlite.operations import (
     DeleteSession,
     HookRegistration,
@@ -54,10 +55,18 @@ NEWEST_BATCH = 400
 class SqliteSessionStore:
     """SessionStore on SQLite (see module docstring)."""
 
-    def __init__(self, path: Path, *, flush_interval: float = 0.02, busy_timeout_ms: int = 5000) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        flush_interval: float = 0.02,
+        busy_timeout_ms: int = 5000,
+        checkpoint_interval: float = CHECKPOINT_SECONDS,
+    ) -> None:
         self._path = path
         self._busy_timeout_ms = busy_timeout_ms
         self._writer = GroupCommitWriter(path, flush_interval=flush_interval, busy_timeout_ms=busy_timeout_ms)
+        self.checkpointer = WalCheckpointer(path, interval=checkpoint_interval, busy_timeout_ms=busy_timeout_ms)
         self._reader: aiosqlite.Connection | None = None
         self.wakeups = WakeupHub()
 
@@ -75,6 +84,7 @@ class SqliteSessionStore:
             await self._writer.connect()
             self._reader = await aiosqlite.connect(self._path, isolation_level=None)
             await self._reader.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
+            await self.checkpointer.start()
         except BaseException:
             # A half-opened store must not keep its connection threads alive (the process would hang).
             await self._close_connections()
@@ -87,6 +97,7 @@ class SqliteSessionStore:
         self._writer.shutdown()
 
     async def _close_connections(self) -> None:
+        await self.checkpointer.stop()
         reader, self._reader = self._reader, None
         if reader is not None:
             await reader.close()

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from general_agent_server.store.group_commit import GroupCommitLoop, QueuedWrite
 from general_agent_server.store.port import StoreError, StoreUnavailableError
 from general_agent_server.store.sqlite.batch import apply_write
+from general_agent_server.store.sqlite.checkpointer import writer_pragmas
 from general_agent_server.store.sqlite.migrations import migrate
 from general_agent_server.store.sqlite.operations import Operation
 from general_agent_server.store.sqlite.writer_thread import WriterThread
@@ -55,6 +56,8 @@ class GroupCommitWriter(GroupCommitLoop[Operation]):
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
+            for pragma in writer_pragmas():  # checkpoints run on their own thread (checkpointer.py)
+                conn.execute(pragma)
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
             migrate(conn, self._path)
