@@ -14,7 +14,6 @@ from being copied); after a checkpoint, the log file is cut back to WAL_SIZE_LIM
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sqlite3
 from pathlib import Path
@@ -55,11 +54,10 @@ class WalCheckpointer:
         self._task = asyncio.create_task(self._loop(), name="sqlite-checkpoint")
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
         conn, self._conn = self._conn, None
         if conn is not None:
             # Queued behind a checkpoint still running (a cancelled caller does not stop its function).
