@@ -39,7 +39,7 @@ async def test_result_and_error_pass_through() -> None:
 @pytest.mark.parametrize("kind", ["landing", "plain"])
 async def test_a_cancelled_caller_lets_the_coroutine_finish_then_learns_of_it(kind: str) -> None:
     loop = asyncio.get_running_loop()
-    outcome: asyncio.Future[None] = LandingFuture(loop=loop) if kind == "landing" else loop.create_future()
+    outcome: asyncio.Future[None] = LandingFuture[None](loop=loop) if kind == "landing" else loop.create_future()
     steps: list[str] = []
 
     async def commit() -> str:
@@ -61,7 +61,7 @@ async def test_a_cancelled_caller_lets_the_coroutine_finish_then_learns_of_it(ki
 
 async def test_the_coroutine_reads_a_failed_outcome_itself() -> None:
     loop = asyncio.get_running_loop()
-    outcome = LandingFuture(loop=loop)
+    outcome = LandingFuture[None](loop=loop)
 
     async def commit() -> str:
         try:
@@ -107,7 +107,7 @@ async def test_the_coroutines_own_error_wins_over_a_held_cancellation() -> None:
 
 
 async def test_a_landing_future_refuses_cancel() -> None:
-    outcome = LandingFuture(loop=asyncio.get_running_loop())
+    outcome = LandingFuture[None](loop=asyncio.get_running_loop())
     assert outcome.cancel() is False
     assert not outcome.done()
 
@@ -129,6 +129,8 @@ async def test_a_write_held_when_the_loop_task_ends_fails_rather_than_hangs() ->
     store = _HeldLoop()
     store.start()
     assert store._task is not None
+    # A buffered write first, so that the loop's task (not the durable write's caller) commits the group.
+    await store.submit(WriteBatch(tenant="t", session_id="s0"), durable=False)
     held = asyncio.ensure_future(store.submit(WriteBatch(tenant="t", session_id="s1")))
     await store.entered.wait()
     queued = asyncio.ensure_future(store.submit(WriteBatch(tenant="t", session_id="s2")))
@@ -155,4 +157,39 @@ async def test_a_cancelled_submitter_is_told_after_its_write_lands() -> None:
             await write
     finally:
         store.release.set()
+        await store.stop()
+
+
+class _RecordingLoop(GroupCommitLoop[None]):
+    """Records each transaction's writes and the task that ran it."""
+
+    def __init__(self) -> None:
+        super().__init__(flush_interval=0.01, name="recording")
+        self.groups: list[tuple[list[str], str]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def _transaction(self, items: list[QueuedWrite[None]]) -> None:
+        task = asyncio.current_task()
+        self.groups.append(([i.batch.session_id for i in items], task.get_name() if task else ""))
+        await self.gate.wait()
+
+
+async def test_an_idle_loop_lets_a_durable_write_commit_from_its_callers_task_in_order() -> None:
+    store = _RecordingLoop()
+    store.start()
+    try:
+        await asyncio.sleep(0)  # the loop's task waits for its first write
+        await asyncio.create_task(store.submit(WriteBatch(tenant="t", session_id="alone")), name="caller")
+        assert store.groups == [(["alone"], "caller")]
+        # While one commits, later writes queue for the loop's task and commit after it, in order.
+        store.gate.clear()
+        first = asyncio.create_task(store.submit(WriteBatch(tenant="t", session_id="a")), name="caller-a")
+        await asyncio.sleep(0)
+        later = [asyncio.create_task(store.submit(WriteBatch(tenant="t", session_id=s))) for s in ("b", "c")]
+        await asyncio.sleep(0)
+        store.gate.set()
+        await asyncio.gather(first, *later)
+        assert store.groups[1:] == [(["a"], "caller-a"), (["b", "c"], "recording")]
+    finally:
         await store.stop()

@@ -1,6 +1,6 @@
 """The SQLite write connection's thread (store/sqlite/writer_thread.py): functions run one at a time on one thread,
 in the order handed over; results and errors come back to the caller; a cancelled caller's function still runs
-to its end; shutdown ends the thread after what is queued."""
+to its end, and the caller is told once it has; shutdown ends the thread after what is queued."""
 
 from __future__ import annotations
 
@@ -57,10 +57,13 @@ async def test_a_cancelled_caller_does_not_stop_its_function() -> None:
         call = asyncio.ensure_future(worker.run(slow))
         await asyncio.sleep(0)
         call.cancel()
+        await asyncio.sleep(0)
+        assert not call.done()  # told once the function has ended
+        release.set()
         with pytest.raises(asyncio.CancelledError):
             await call
-        release.set()
-        assert await worker.run(finished.is_set)  # queued behind it: runs once it has ended
+        assert finished.is_set()
+        assert await worker.run(lambda: "next") == "next"
     finally:
         worker.shutdown()
 

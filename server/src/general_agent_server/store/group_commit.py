@@ -18,7 +18,7 @@ from typing import Generic, TypeVar
 
 from general_agent_server.observability.port import Observer
 from general_agent_server.store.port import StoreError, WriteBatch
-from general_agent_server.store.uncancellable import LandingFuture
+from general_agent_server.store.uncancellable import LandingFuture, run_to_end
 from general_agent_server.store.wakeups import Flag
 
 logger = logging.getLogger(__name__)
@@ -46,6 +46,10 @@ class GroupCommitLoop(ABC, Generic[Op]):
         # Woken by a write that must commit now (and at stop): a buffered group waits for it, or its interval.
         self._urgent = Flag()
         self._task: asyncio.Task[None] | None = None
+        # The loop's task waits for a first write with nothing queued or held: a durable write may then commit
+        # from its caller's task (`submit`). `_committing` keeps such a commit and the loop's groups apart.
+        self._parked = False
+        self._committing = asyncio.Lock()
         # Told each group commit's latency and size (observability/port.py); None: nobody asks.
         self.observer: Observer | None = None
 
@@ -73,10 +77,19 @@ class GroupCommitLoop(ABC, Generic[Op]):
             self._queue.put_nowait(QueuedWrite(batch, None))
             return
         # A write once queued commits whatever happens to its caller: a cancelled caller learns of it after.
-        done = LandingFuture(loop=asyncio.get_running_loop())
-        self._queue.put_nowait(QueuedWrite(batch, done, operation))
-        self._urgent.wake()
+        done = LandingFuture[None](loop=asyncio.get_running_loop())
+        item = QueuedWrite(batch, done, operation)
+        if self._parked and self._queue.empty() and not self._committing.locked():
+            # Nothing queued, held or committing: commit it from here, without the hand-off to the loop's task.
+            await run_to_end(self._commit_alone(item))
+        else:
+            self._queue.put_nowait(item)
+            self._urgent.wake()
         await done
+
+    async def _commit_alone(self, item: QueuedWrite[Op]) -> None:
+        async with self._committing:
+            await self._commit([item])
 
     async def _loop(self) -> None:
         group: list[QueuedWrite[Op]] = []
@@ -91,7 +104,11 @@ class GroupCommitLoop(ABC, Generic[Op]):
         stopping = False
         while not stopping:
             group.clear()
-            first = await self._queue.get()
+            self._parked = True
+            try:
+                first = await self._queue.get()
+            finally:
+                self._parked = False
             if first is None:
                 break
             group.append(first)
@@ -105,12 +122,14 @@ class GroupCommitLoop(ABC, Generic[Op]):
                     stopping = True
                     break
                 group.append(item)
-            await self._commit(group)
+            async with self._committing:
+                await self._commit(group)
         # Drain anything left so no caller waits forever.
         group.clear()
         group.extend(self._drain())
         if group:
-            await self._commit(group)
+            async with self._committing:
+                await self._commit(group)
         group.clear()
 
     def _drain(self) -> list[QueuedWrite[Op]]:

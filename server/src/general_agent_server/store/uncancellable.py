@@ -8,8 +8,8 @@ caller's task instead: it steps the coroutine itself and waits for whatever the 
 cancellation meanwhile reaches `run_to_end`, not the coroutine.
 
 What the coroutine waits for is waited for in three ways:
-- a `LandingFuture` (a durable write's outcome, store/group_commit.py) directly: its `cancel()` refuses, so
-  the task keeps waiting for it and delivers the cancellation once it is done;
+- a `LandingFuture` (a durable write's outcome, store/group_commit.py; a call on the SQLite writer's thread)
+  directly: its `cancel()` refuses, so the task keeps waiting for it and delivers the cancellation once it is done;
 - a bare yield (`asyncio.sleep(0)`) by yielding too;
 - any other future through `asyncio.shield`, so that cancelling the caller never cancels it.
 """
@@ -24,10 +24,10 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-class LandingFuture(asyncio.Future[None]):
-    """The outcome of a queued durable write: settled when the write has committed or failed, never cancelled.
-    A task cancelled while it waits for one is told of it once the future is done (asyncio's tasks handle a
-    `cancel()` that refuses so)."""
+class LandingFuture(asyncio.Future[T]):
+    """The outcome of work that runs to its end once begun (a queued durable write, a function on the SQLite
+    writer's thread): settled when the work has ended, never cancelled. A task cancelled while it waits for one is
+    told of it once the future is done (asyncio's tasks handle a `cancel()` that refuses so)."""
 
     def cancel(self, msg: Any | None = None) -> bool:
         return False

@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from general_agent_server.store.uncancellable import LandingFuture
+
 T = TypeVar("T")
 
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...]]
@@ -22,8 +24,8 @@ _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any
 
 class WriterThread:
     """Started by the first `run`; `shutdown` lets it finish what is queued and end. A caller cancelled while
-    its function runs does not stop the function (as with an executor): it runs to its end, and its answer is
-    dropped."""
+    its function is queued or runs does not stop the function (as with an executor): it runs to its end, and the
+    caller is told of the cancellation then (the answer is dropped)."""
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -33,7 +35,7 @@ class WriterThread:
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
+        future = LandingFuture[T](loop=loop)
         self._ensure_started()
         self._jobs.put((loop, future, fn, args))
         return await future
