@@ -1,14 +1,16 @@
 """The SQLite store's write-ahead log is copied back into the database file by a thread of its own
 (store/sqlite/checkpointer.py), not by the commit that crosses SQLite's default 1,000-page threshold; the thread's
-PASSIVE checkpoints copy everything committed, and closing the store ends the thread."""
+PASSIVE checkpoints copy everything committed, at a lower priority than the event loop and the writer, and closing
+the store ends the thread."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from pathlib import Path
 
-from general_agent_server.store.sqlite.checkpointer import WRITER_AUTOCHECKPOINT_PAGES
+from general_agent_server.store.sqlite.checkpointer import CHECKPOINT_NICE, WRITER_AUTOCHECKPOINT_PAGES
 from general_agent_server.store.sqlite.store import SqliteSessionStore
 from general_agent_server.store.testing.factories import make_session
 
@@ -49,6 +51,10 @@ async def test_the_checkpoint_thread_copies_the_log_while_serving(tmp_path: Path
         busy, logged, copied = await store.checkpointer.checkpoint()
         assert (busy, copied) == (0, logged)
         assert store.checkpointer.passes >= passes + 3
+        [thread] = [t for t in threading.enumerate() if t.name == "sqlite-checkpoint"]
+        assert thread.native_id is not None
+        niceness = os.getpriority(os.PRIO_PROCESS, thread.native_id)
+        assert niceness == max(CHECKPOINT_NICE, os.getpriority(os.PRIO_PROCESS, 0))
     finally:
         await store.close()
     assert not [t for t in threading.enumerate() if t.name == "sqlite-checkpoint"]

@@ -14,8 +14,12 @@ from being copied); after a checkpoint, the log file is cut back to WAL_SIZE_LIM
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import sqlite3
+import sys
+import threading
 from pathlib import Path
 
 from general_agent_server.store.sqlite.writer_thread import WriterThread
@@ -26,6 +30,8 @@ CHECKPOINT_SECONDS = 1.0
 # 40 MB of log at 4 KB pages: reached only when the checkpoint thread falls behind.
 WRITER_AUTOCHECKPOINT_PAGES = 10_000
 WAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
+# Below the event loop and the writer (nice 0): the scheduler gives them the core first.
+CHECKPOINT_NICE = 10
 
 
 def writer_pragmas() -> tuple[str, ...]:
@@ -69,6 +75,7 @@ class WalCheckpointer:
         return await self._thread.run(self._checkpoint)
 
     def _open(self) -> sqlite3.Connection:
+        _lower_this_threads_priority()
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
         return conn
@@ -89,3 +96,12 @@ class WalCheckpointer:
             except sqlite3.Error as error:
                 # The writer's own automatic checkpoint stays as the backstop; the next pass tries again.
                 logger.warning("WAL checkpoint failed: %s", error, extra={"category": "system"})
+
+
+def _lower_this_threads_priority() -> None:
+    """Copying the log competes for the CPU with the event loop and the writer; at a lower priority the scheduler
+    runs it in their idle time first. Linux applies a nice value to the thread whose id is given (elsewhere the id
+    would name a process, so nothing is done there)."""
+    if sys.platform == "linux":
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), CHECKPOINT_NICE)
