@@ -78,9 +78,10 @@ async def start_bench_service(
     lag_file: Path | None = None,
     extra_args: tuple[str, ...] = (),
     ready_timeout: float = READY_TIMEOUT,
+    tree: Path = REPO,
 ) -> tuple[ManagedProcess, str]:
     """`general-agent serve` (through bench.serve_probe) on `cpu` (a core or a set of cores); `state` may be
-    reused across restarts."""
+    reused across restarts. `tree`: the checkout whose code the server runs (another revision's worktree)."""
     state = state or workdir / "state"
     workspace = workspace or workdir / "workspace"
     state.mkdir(exist_ok=True)
@@ -88,7 +89,10 @@ async def start_bench_service(
     ready = workdir / "service-ready.json"
     ready.unlink(missing_ok=True)
     env = service_env(base_url)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    if tree == REPO:
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    else:
+        env["PYTHONPATH"] = os.pathsep.join(str(tree / part) for part in ("", "server/src", "clients/python/src"))
     if lag_file is not None:
         env["BENCH_LAG_FILE"] = str(lag_file)
     argv = [sys.executable, "-m", "bench.serve_probe", "serve", "--listen", "127.0.0.1:0"]
