@@ -154,6 +154,12 @@ class Ownership:
                 logger.warning("lost the lease of session %s", key[1], extra={"category": "system"})
                 self._held.discard(key)
                 self.lost(*key)
+            elif renewed and key not in self._held:
+                # Freed while this renewal was in flight (the run's last commit released it, and `forget`
+                # dropped it): the renewal's take landed after and holds it again. Free it now, as a release
+                # the next take waits for, or other replicas would see the session busy until it expires.
+                self._held.add(key)
+                self.release(*key)
 
     async def sweep(self) -> int:
         """Repairs the runs of dead owners whose leases have expired, and purges relayed commands nobody will
