@@ -44,6 +44,7 @@ async def test_the_checkpoint_thread_copies_the_log_while_serving(tmp_path: Path
     try:
         await _create(store, 50)
         passes = store.checkpointer.passes
+        native_id = await store.checkpointer._thread.run(threading.get_native_id)
         for _ in range(500):  # bounded wait for two more passes of the thread
             if store.checkpointer.passes >= passes + 2:
                 break
@@ -51,13 +52,14 @@ async def test_the_checkpoint_thread_copies_the_log_while_serving(tmp_path: Path
         busy, logged, copied = await store.checkpointer.checkpoint()
         assert (busy, copied) == (0, logged)
         assert store.checkpointer.passes >= passes + 3
-        [thread] = [t for t in threading.enumerate() if t.name == "sqlite-checkpoint"]
+        [thread] = [t for t in threading.enumerate() if t.name == "sqlite-checkpoint" and t.native_id == native_id]
         assert thread.native_id is not None
         niceness = os.getpriority(os.PRIO_PROCESS, thread.native_id)
         assert niceness == max(CHECKPOINT_NICE, os.getpriority(os.PRIO_PROCESS, 0))
     finally:
         await store.close()
-    assert not [t for t in threading.enumerate() if t.name == "sqlite-checkpoint"]
+    await asyncio.to_thread(thread.join, 5)  # closing ends the thread (after what was queued on it)
+    assert not thread.is_alive()
     reopened = SqliteSessionStore(tmp_path / "state.sqlite3")
     await reopened.open()
     try:

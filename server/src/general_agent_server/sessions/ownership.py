@@ -102,6 +102,10 @@ class Ownership:
         if key not in self._held:
             return
         self._held.discard(key)
+        self._release_in_background(key)
+
+    def _release_in_background(self, key: _Key) -> None:
+        """The store write of a release, after any still in flight; registered so that `settle` waits for it."""
         previous = self._releasing.get(key)
 
         async def release() -> None:
@@ -109,7 +113,7 @@ class Ownership:
                 await previous
             await self._release_now(key)
 
-        task = asyncio.create_task(release(), name=f"release-lease-{session_id}")
+        task = asyncio.create_task(release(), name=f"release-lease-{key[1]}")
         self._releasing[key] = task
         task.add_done_callback(
             lambda done: self._releasing.pop(key, None) if self._releasing.get(key) is done else None
@@ -158,8 +162,7 @@ class Ownership:
                 # Freed while this renewal was in flight (the run's last commit released it, and `forget`
                 # dropped it): the renewal's take landed after and holds it again. Free it now, as a release
                 # the next take waits for, or other replicas would see the session busy until it expires.
-                self._held.add(key)
-                self.release(*key)
+                self._release_in_background(key)
 
     async def sweep(self) -> int:
         """Repairs the runs of dead owners whose leases have expired, and purges relayed commands nobody will

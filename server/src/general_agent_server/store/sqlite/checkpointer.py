@@ -61,12 +61,12 @@ class WalCheckpointer:
 
     async def stop(self) -> None:
         if self._task is not None:
+            # A checkpoint under way runs to its end first (WriterThread tells a cancelled caller afterwards).
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         conn, self._conn = self._conn, None
         if conn is not None:
-            # Queued behind a checkpoint still running (a cancelled caller does not stop its function).
             await self._thread.run(conn.close)
         self._thread.shutdown()
 
