@@ -1,11 +1,11 @@
 """Which replica owns a session: the store lease, held only while one of its runs is active (docs/architecture.md,
 "Replicas and leases").
 
-A replica takes a session's lease when a run starts or a suspended run continues, renews it every third of
-`lease_ttl_seconds` while the run's task is alive, and releases it when the run ends or suspends. Idle and
-suspended sessions belong to no one: any replica loads them. Another replica's run is never touched while its
-lease is live; once a dead owner's lease has expired, the first replica that finds the run (the sweep here, a
-load, or start-up) repairs it as start-up recovery does (runs/recovery.py).
+A replica takes a session's lease when a run starts or a suspended run continues, renews (extends, never takes)
+it every third of `lease_ttl_seconds` while the run's task is alive, and releases it when the run ends or
+suspends. Idle and suspended sessions belong to no one: any replica loads them. Another replica's run is never
+touched while its lease is live; once a dead owner's lease has expired, the first replica that finds the run (the
+sweep here, a load, or start-up) repairs it as start-up recovery does (runs/recovery.py).
 
 Releases of one session are ordered with its next take: a take waits for a release still in flight, so a lease
 released at the end of one run never frees the lease the next run has just taken."""
@@ -148,21 +148,22 @@ class Ownership:
             await self.sweep()
 
     async def renew(self) -> None:
+        """Extends every lease held here. A renewal never takes a lease: one freed while it was in flight (the
+        run's last commit released it) stays free, and only a lease another owner holds now counts as lost."""
         for key in sorted(self._held):
             try:
-                renewed = await self._store.acquire_lease(*key, self.owner, ttl_seconds=self.ttl)
+                renewed = await self._store.renew_lease(*key, self.owner, ttl_seconds=self.ttl)
+                if renewed or key not in self._held:
+                    continue
+                holder = await self._store.lease_holder(*key)
             except Exception:
                 logger.exception("lease renewal failed", extra={"category": "system"})
                 continue
-            if not renewed and key in self._held:
+            # A free lease under a run held here is the run's last commit landing ahead of its `forget`.
+            if holder not in ("", self.owner) and key in self._held:
                 logger.warning("lost the lease of session %s", key[1], extra={"category": "system"})
                 self._held.discard(key)
                 self.lost(*key)
-            elif renewed and key not in self._held:
-                # Freed while this renewal was in flight (the run's last commit released it, and `forget`
-                # dropped it): the renewal's take landed after and holds it again. Free it now, as a release
-                # the next take waits for, or other replicas would see the session busy until it expires.
-                self._release_in_background(key)
 
     async def sweep(self) -> int:
         """Repairs the runs of dead owners whose leases have expired, and purges relayed commands nobody will

@@ -281,6 +281,14 @@ class InMemorySessionStore:
         await asyncio.sleep(0)
         return version
 
+    async def renew_lease(self, tenant: str, session_id: str, owner: str, *, ttl_seconds: float) -> bool:
+        row = self._tables().sessions.get((tenant, session_id))
+        held = row is not None and row.lease_owner == owner
+        if row is not None and held:
+            row.lease_expires = self.clock() + ttl_seconds
+        await asyncio.sleep(0)
+        return held
+
     async def release_lease(self, tenant: str, session_id: str, owner: str) -> None:
         row = self._tables().sessions.get((tenant, session_id))
         if row is not None and row.lease_owner == owner:

@@ -316,6 +316,12 @@ class LeaseStore(Protocol):
         taken or renewed, None while another owner holds an unexpired one (a run starting reads no row more)."""
         ...
 
+    async def renew_lease(self, tenant: str, session_id: str, owner: str, *, ttl_seconds: float) -> bool:
+        """Extends the lease only while `owner` holds it (an expired one too, if nobody has taken it since);
+        False when it is free or another owner's. Unlike `acquire_lease` it never takes a free lease, so a renewal
+        that lands after the lease was released leaves it free."""
+        ...
+
     async def release_lease(self, tenant: str, session_id: str, owner: str) -> None:
         """Frees the lease if `owner` holds it; does nothing otherwise."""
         ...

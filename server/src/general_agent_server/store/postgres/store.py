@@ -273,6 +273,12 @@ class PostgresSessionStore:
         await self._operation(tenant, session_id, marker)
         return marker.version
 
+    async def renew_lease(self, tenant: str, session_id: str, owner: str, *, ttl_seconds: float) -> bool:
+        now_us = to_us(datetime.now(UTC))
+        marker = writes.Lease(owner=owner, now_us=now_us, expires_us=now_us + int(ttl_seconds * 1_000_000), renew=True)
+        await self._operation(tenant, session_id, marker)
+        return marker.version is not None
+
     async def release_lease(self, tenant: str, session_id: str, owner: str) -> None:
         await self._operation(tenant, session_id, writes.Lease(owner=owner, now_us=0, expires_us=0, release=True))
 

@@ -192,7 +192,8 @@ class Lease:
     now_us: int
     expires_us: int
     release: bool = False
-    version: int | None = None  # the session's, when the lease was taken
+    renew: bool = False  # extend only a lease `owner` still holds (expired too, if nobody took it); never take one
+    version: int | None = None  # the session's, when the lease was taken or renewed
 
     async def run(self, conn: Conn, batch: WriteBatch) -> None:
         key = (batch.tenant, batch.session_id)
@@ -203,6 +204,16 @@ class Lease:
                 *key,
                 self.owner,
             )
+            return
+        if self.renew:
+            version = await conn.fetchval(
+                "UPDATE sessions SET lease_expires_us=$1 WHERE tenant=$2 AND session_id=$3 AND lease_owner=$4"
+                " RETURNING version",
+                self.expires_us,
+                *key,
+                self.owner,
+            )
+            self.version = None if version is None else int(version)
             return
         version = await conn.fetchval(
             "UPDATE sessions SET lease_owner=$1, lease_expires_us=$2 WHERE tenant=$3 AND session_id=$4"

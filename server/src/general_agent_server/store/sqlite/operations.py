@@ -69,7 +69,8 @@ class Lease:
     now_us: int
     expires_us: int
     release: bool = False
-    version: int | None = None  # the session's, when the lease was taken
+    renew: bool = False  # extend only a lease `owner` still holds (expired too, if nobody took it); never take one
+    version: int | None = None  # the session's, when the lease was taken or renewed
 
     def run(self, conn: sqlite3.Connection, batch: WriteBatch) -> None:
         key = (batch.tenant, batch.session_id)
@@ -80,11 +81,18 @@ class Lease:
                 (*key, self.owner),
             )
             return
-        row = conn.execute(
-            "UPDATE sessions SET lease_owner=?, lease_expires_us=? WHERE tenant=? AND session_id=?"
-            " AND (lease_owner='' OR lease_owner=? OR lease_expires_us<?) RETURNING version",
-            (self.owner, self.expires_us, *key, self.owner, self.now_us),
-        ).fetchone()
+        if self.renew:
+            row = conn.execute(
+                "UPDATE sessions SET lease_expires_us=? WHERE tenant=? AND session_id=? AND lease_owner=?"
+                " RETURNING version",
+                (self.expires_us, *key, self.owner),
+            ).fetchone()
+        else:
+            row = conn.execute(
+                "UPDATE sessions SET lease_owner=?, lease_expires_us=? WHERE tenant=? AND session_id=?"
+                " AND (lease_owner='' OR lease_owner=? OR lease_expires_us<?) RETURNING version",
+                (self.owner, self.expires_us, *key, self.owner, self.now_us),
+            ).fetchone()
         self.version = None if row is None else int(row[0])
 
 

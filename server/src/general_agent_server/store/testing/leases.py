@@ -41,6 +41,39 @@ class LeaseConformance(StoreConformance):
         assert await store.acquire_lease(tenant, sid, "owner-b", ttl_seconds=60) is False
         assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=60) is True
 
+    async def test_renew_extends_only_a_lease_the_owner_holds(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        await create(store, make_session(tenant, sid))
+        # A free lease is not taken by a renewal: it stays free for anyone.
+        assert await store.renew_lease(tenant, sid, "owner-a", ttl_seconds=60) is False
+        assert await store.lease_holder(tenant, sid) == ""
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=0.01) is True
+        await asyncio.sleep(0.05)  # past the TTL, but nobody took it: the owner renews it
+        assert await store.renew_lease(tenant, sid, "owner-a", ttl_seconds=60) is True
+        assert await store.acquire_lease(tenant, sid, "owner-b", ttl_seconds=60) is False
+        assert await store.renew_lease(tenant, sid, "owner-b", ttl_seconds=60) is False
+        assert await store.lease_holder(tenant, sid) == "owner-a"
+
+    async def test_renew_after_release_or_takeover_leaves_the_lease_alone(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        await create(store, make_session(tenant, sid))
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=60) is True
+        await store.release_lease(tenant, sid, "owner-a")
+        assert await store.renew_lease(tenant, sid, "owner-a", ttl_seconds=60) is False
+        assert await store.lease_holder(tenant, sid) == ""
+        assert await store.acquire_lease(tenant, sid, "owner-b", ttl_seconds=60) is True
+        assert await store.renew_lease(tenant, sid, "owner-a", ttl_seconds=60) is False
+        assert await store.lease_holder(tenant, sid) == "owner-b"
+
+    async def test_renew_leaves_the_session_record_alone(self, store: SessionStore) -> None:
+        tenant, sid = new_tenant(), new_id()
+        await create(store, make_session(tenant, sid))
+        before = await store.get_session(tenant, sid)
+        assert await store.acquire_lease(tenant, sid, "owner-a", ttl_seconds=60) is True
+        assert await store.renew_lease(tenant, sid, "owner-a", ttl_seconds=60) is True
+        assert await store.get_session(tenant, sid) == before
+        assert await store.renew_lease(tenant, new_id(), "owner-a", ttl_seconds=60) is False
+
     async def test_expired_lease_can_be_taken_over(self, store: SessionStore) -> None:
         tenant, sid = new_tenant(), new_id()
         await create(store, make_session(tenant, sid))
