@@ -10,7 +10,7 @@ from general_agent.v1 import hook_registration_pb2
 from general_agent.v1 import server_info_pb2 as server_info_api
 from general_agent_server.agent import Agent
 from general_agent_server.api import convert
-from general_agent_server.api.rpc import AgentRpcs, Context, call_context, unary
+from general_agent_server.api.rpc import AgentRpcs, Context, call_context
 from general_agent_server.api.server_limits import tenant_limits
 from general_agent_server.domain.errors import invalid_argument
 
@@ -48,7 +48,6 @@ class AdminRpcs(AgentRpcs):
         # GetServerInfo.limits, built from the server's settings (api/server_limits.py).
         self._limits = limits
 
-    @unary
     async def RegisterHooks(
         self, request: hook_registration_pb2.RegisterHooksRequest, context: Context
     ) -> hook_registration_pb2.RegisterHooksResponse:
@@ -59,14 +58,12 @@ class AdminRpcs(AgentRpcs):
         )
         return hook_registration_pb2.RegisterHooksResponse(registration=convert.registration_to_proto(spec))
 
-    @unary
     async def UnregisterHooks(
         self, request: hook_registration_pb2.UnregisterHooksRequest, context: Context
     ) -> hook_registration_pb2.UnregisterHooksResponse:
         removed = await self._agent.hooks.unregister(call_context(context), request.plugin_id, request.session_id)
         return hook_registration_pb2.UnregisterHooksResponse(removed=removed)
 
-    @unary
     async def ListHookRegistrations(
         self, request: hook_registration_pb2.ListHookRegistrationsRequest, context: Context
     ) -> hook_registration_pb2.ListHookRegistrationsResponse:
@@ -75,7 +72,6 @@ class AdminRpcs(AgentRpcs):
             registrations=[convert.registration_to_proto(s) for s in specs]
         )
 
-    @unary
     async def EmitHook(
         self, request: hook_registration_pb2.EmitHookRequest, context: Context
     ) -> hook_registration_pb2.EmitHookResponse:
@@ -97,7 +93,6 @@ class AdminRpcs(AgentRpcs):
             response.result.CopyFrom(convert.struct_from_dict(outcome.result))
         return response
 
-    @unary
     async def GetServerInfo(
         self, request: server_info_api.GetServerInfoRequest, context: Context
     ) -> server_info_api.GetServerInfoResponse:

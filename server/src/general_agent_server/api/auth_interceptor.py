@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 
 from general_agent_server.api.errors import abort
-from general_agent_server.api.handlers import with_behaviour
+from general_agent_server.api.handlers import refused_stream, with_behaviour
 from general_agent_server.auth import OPERATOR, Authenticator, Caller
 from general_agent_server.domain.errors import ServiceError
 
@@ -75,9 +75,15 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         return wrapped
 
     def _wrap_stream(self, behavior: Any) -> Any:
-        async def wrapped(request: Any, context: Any) -> AsyncIterator[Any]:
-            _caller.set(await self._caller(context))
-            async for item in behavior(request, context):
-                yield item
+        # Not a generator itself (api/interceptors.py holds the call's one generator): a valid caller gets the
+        # servicer's stream as it is. It runs in the call's task, so the caller set here is the stream's.
+        def wrapped(request: Any, context: Any) -> AsyncIterator[Any]:
+            try:
+                caller = self._authenticator.authenticate(context.invocation_metadata() or (), peer_names(context))
+            except ServiceError as error:
+                return refused_stream(context, error)
+            _caller.set(caller)
+            stream: AsyncIterator[Any] = behavior(request, context)
+            return stream
 
         return wrapped

@@ -58,15 +58,16 @@ def _refusing_stream(behaviour: Behaviour) -> Behaviour:
     # Not a generator itself: a valid request gets the servicer's stream as it is (no extra hop per item).
     def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         if isinstance(request, InvalidRequest):
-            return _refused(request, context)
+            return refused_stream(context, request.error)
         stream: AsyncIterator[Any] = behaviour(request, context)
         return stream
 
     return handle
 
 
-async def _refused(request: InvalidRequest, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-    await abort(context, request.error)
+async def refused_stream(context: grpc.aio.ServicerContext[Any, Any], error: BaseException) -> AsyncIterator[Any]:
+    """The stream of a call refused before its servicer runs: it ends the call with `error`'s status."""
+    await abort(context, error)
     yield  # pragma: no cover  (makes this an async generator; abort never returns)
 
 

@@ -7,11 +7,10 @@ from collections.abc import AsyncIterator
 
 from general_agent.v1 import turn_pb2 as turn_api
 from general_agent_server.api import convert
-from general_agent_server.api.rpc import AgentRpcs, Context, call_context, server_stream
+from general_agent_server.api.rpc import AgentRpcs, Context, call_context
 
 
 class HostedRpcs(AgentRpcs):
-    @server_stream
     async def SubmitHostedToolResult(
         self, request: turn_api.SubmitHostedToolResultRequest, context: Context
     ) -> AsyncIterator[turn_api.SubmitHostedToolResultResponse]:
@@ -27,7 +26,6 @@ class HostedRpcs(AgentRpcs):
             convert.event_to_proto(event, response.event)
             yield response
 
-    @server_stream
     async def ResolveApproval(
         self, request: turn_api.ResolveApprovalRequest, context: Context
     ) -> AsyncIterator[turn_api.ResolveApprovalResponse]:

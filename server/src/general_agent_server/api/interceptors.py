@@ -1,5 +1,7 @@
-"""Request id and access logging for every RPC. The request id (from `x-request-id`, else generated)
-lives in a ContextVar so every log line of the call carries it. Bodies are never logged."""
+"""Request id, access logging and the error status of every RPC. The request id (from `x-request-id`, else
+generated) lives in a ContextVar so every log line of the call carries it. Bodies are never logged. Every
+exception a call raises leaves through one function, api/errors.abort, as the rich status it maps to; the
+servicers raise and never build statuses themselves."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any
 
 import grpc
 
+from general_agent_server.api.errors import abort
 from general_agent_server.api.handlers import with_behaviour
 from general_agent_server.observability.port import Observer
 
@@ -95,15 +98,27 @@ class _Observed:
 def _wrap_unary(behavior: Any, method: str, request_id: str, observer: Observer | None) -> Any:
     async def wrapped(request: Any, context: Any) -> Any:
         with _Observed(method, context, request_id, observer):
-            return await behavior(request, context)
+            try:
+                return await behavior(request, context)
+            except grpc.aio.AbortError:
+                raise
+            except Exception as exc:
+                await abort(context, exc)
 
     return wrapped
 
 
 def _wrap_stream(behavior: Any, method: str, request_id: str, observer: Observer | None) -> Any:
+    # The one generator between gRPC and the servicer's stream: the layers below hand their streams up as they
+    # are, since every generator layer holds a frame for as long as a stream is open (a watch, for hours).
     async def wrapped(request: Any, context: Any) -> AsyncIterator[Any]:
         with _Observed(method, context, request_id, observer):
-            async for item in behavior(request, context):
-                yield item
+            try:
+                async for item in behavior(request, context):
+                    yield item
+            except grpc.aio.AbortError:
+                raise
+            except Exception as exc:
+                await abort(context, exc)
 
     return wrapped

@@ -6,13 +6,12 @@ from __future__ import annotations
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import session_pb2
 from general_agent_server.api import convert
-from general_agent_server.api.rpc import AgentRpcs, Context, call_context, unary
+from general_agent_server.api.rpc import AgentRpcs, Context, call_context
 from general_agent_server.domain.context import SessionView
 from general_agent_server.domain.errors import invalid_argument
 
 
 class SessionRpcs(AgentRpcs):
-    @unary
     async def CreateSession(
         self, request: session_api.CreateSessionRequest, context: Context
     ) -> session_api.CreateSessionResponse:
@@ -28,7 +27,6 @@ class SessionRpcs(AgentRpcs):
         )
         return session_api.CreateSessionResponse(session=await self._with_registrations(view))
 
-    @unary
     async def GetSession(
         self, request: session_api.GetSessionRequest, context: Context
     ) -> session_api.GetSessionResponse:
@@ -42,7 +40,6 @@ class SessionRpcs(AgentRpcs):
         session.hook_registrations.extend(convert.registration_to_proto(s) for s in specs)
         return session
 
-    @unary
     async def ListSessions(
         self, request: session_api.ListSessionsRequest, context: Context
     ) -> session_api.ListSessionsResponse:
@@ -56,7 +53,6 @@ class SessionRpcs(AgentRpcs):
             sessions=[convert.session_to_proto(v) for v in views], next_page_token=token
         )
 
-    @unary
     async def DeleteSession(
         self, request: session_api.DeleteSessionRequest, context: Context
     ) -> session_api.DeleteSessionResponse:
@@ -65,7 +61,6 @@ class SessionRpcs(AgentRpcs):
         )
         return session_api.DeleteSessionResponse(deleted=deleted)
 
-    @unary
     async def ResumeSession(
         self, request: session_api.ResumeSessionRequest, context: Context
     ) -> session_api.ResumeSessionResponse:
@@ -77,7 +72,6 @@ class SessionRpcs(AgentRpcs):
         )
         return session_api.ResumeSessionResponse(session=convert.session_to_proto(view))
 
-    @unary
     async def ContinueSession(
         self, request: session_api.ContinueSessionRequest, context: Context
     ) -> session_api.ContinueSessionResponse:
@@ -91,7 +85,6 @@ class SessionRpcs(AgentRpcs):
         )
         return session_api.ContinueSessionResponse(session=convert.session_to_proto(view))
 
-    @unary
     async def ForkSession(
         self, request: session_api.ForkSessionRequest, context: Context
     ) -> session_api.ForkSessionResponse:
@@ -107,7 +100,6 @@ class SessionRpcs(AgentRpcs):
         )
         return session_api.ForkSessionResponse(session=convert.session_to_proto(view))
 
-    @unary
     async def ResetSession(
         self, request: session_api.ResetSessionRequest, context: Context
     ) -> session_api.ResetSessionResponse:
@@ -116,7 +108,6 @@ class SessionRpcs(AgentRpcs):
         )
         return session_api.ResetSessionResponse(session=convert.session_to_proto(view))
 
-    @unary
     async def GetSessionHistory(
         self, request: session_api.GetSessionHistoryRequest, context: Context
     ) -> session_api.GetSessionHistoryResponse:
@@ -130,7 +121,6 @@ class SessionRpcs(AgentRpcs):
             entries=[convert.transcript_to_proto(e) for e in entries], next_page_token=token
         )
 
-    @unary
     async def GetUsage(self, request: session_api.GetUsageRequest, context: Context) -> session_api.GetUsageResponse:
         view = await self._agent.sessions.get_session(call_context(context), request.session_id)
         response = session_api.GetUsageResponse(cumulative_usage=convert.usage_to_proto(view.record.cumulative_usage))

@@ -7,12 +7,11 @@ from general_agent.v1 import checkpoint_pb2, event_pb2, mcp_pb2
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent_server.api import convert, mcp
 from general_agent_server.api.errors import status_from_detail
-from general_agent_server.api.rpc import AgentRpcs, Context, call_context, unary
+from general_agent_server.api.rpc import AgentRpcs, Context, call_context
 from general_agent_server.runs.compaction import CompactionOutcome
 
 
 class StateRpcs(AgentRpcs):
-    @unary
     async def RequestCompaction(
         self, request: session_api.RequestCompactionRequest, context: Context
     ) -> session_api.RequestCompactionResponse:
@@ -24,7 +23,6 @@ class StateRpcs(AgentRpcs):
         )
         return session_api.RequestCompactionResponse(result=compaction_result(outcome))
 
-    @unary
     async def MaybeCompactByTokens(
         self, request: session_api.MaybeCompactByTokensRequest, context: Context
     ) -> session_api.MaybeCompactByTokensResponse:
@@ -37,7 +35,6 @@ class StateRpcs(AgentRpcs):
         )
         return session_api.MaybeCompactByTokensResponse(result=compaction_result(outcome))
 
-    @unary
     async def ListCheckpoints(
         self, request: checkpoint_pb2.ListCheckpointsRequest, context: Context
     ) -> checkpoint_pb2.ListCheckpointsResponse:
@@ -49,7 +46,6 @@ class StateRpcs(AgentRpcs):
             next_page_token=page.next_page_token,
         )
 
-    @unary
     async def RestoreCheckpoint(
         self, request: checkpoint_pb2.RestoreCheckpointRequest, context: Context
     ) -> checkpoint_pb2.RestoreCheckpointResponse:
@@ -60,7 +56,6 @@ class StateRpcs(AgentRpcs):
             restored_paths=list(result.restored_paths), checkpoints_undone=result.checkpoints_undone
         )
 
-    @unary
     async def SetMcpServers(
         self, request: mcp_pb2.SetMcpServersRequest, context: Context
     ) -> mcp_pb2.SetMcpServersResponse:
@@ -69,14 +64,12 @@ class StateRpcs(AgentRpcs):
         )
         return mcp_pb2.SetMcpServersResponse(statuses=[mcp.status_to_proto(s) for s in statuses])
 
-    @unary
     async def GetMcpServers(
         self, request: mcp_pb2.GetMcpServersRequest, context: Context
     ) -> mcp_pb2.GetMcpServersResponse:
         servers, disabled = await self._agent.mcp_servers.get_servers(call_context(context), request.session_id)
         return mcp_pb2.GetMcpServersResponse(servers=mcp.servers_to_proto(servers), disabled_servers=list(disabled))
 
-    @unary
     async def ToggleMcpServer(
         self, request: mcp_pb2.ToggleMcpServerRequest, context: Context
     ) -> mcp_pb2.ToggleMcpServerResponse:
@@ -85,7 +78,6 @@ class StateRpcs(AgentRpcs):
         )
         return mcp_pb2.ToggleMcpServerResponse(status=mcp.status_to_proto(status))
 
-    @unary
     async def GetMcpStatus(
         self, request: mcp_pb2.GetMcpStatusRequest, context: Context
     ) -> mcp_pb2.GetMcpStatusResponse:
