@@ -70,7 +70,9 @@ async def wait_state(stub: Stub, sid: str, name: str, state: int) -> mcp_pb2.Mcp
 def wait_listening(port: int) -> None:
     for _ in range(300):
         with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
+            # A probe of a free port in the ephemeral range can connect to itself (TCP simultaneous open): that
+            # is not the server listening.
+            if probe.connect_ex(("127.0.0.1", port)) == 0 and probe.getsockname() != probe.getpeername():
                 return
         time.sleep(0.05)
     raise AssertionError(f"nothing listens on {port}")

@@ -14,8 +14,7 @@ import asyncio
 import logging
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from types import TracebackType
 
 from general_agent_server.domain.errors import ServiceError, session_not_found
 from general_agent_server.domain.events import RunReason
@@ -76,12 +75,14 @@ class SessionCache:
         session.on_idle = self._drop_if_idle
         self._park(session)
 
-    @asynccontextmanager
-    async def use(self, tenant: str, session_id: str, *, revalidate: bool = True) -> AsyncIterator[LiveSession]:
-        """The session's session, loaded if needed and kept while in use. NOT_FOUND for unknown ids.
+    def use(self, tenant: str, session_id: str, *, revalidate: bool = True) -> SessionInUse:
+        """`async with`: the session, loaded if needed and kept while in use. NOT_FOUND for unknown ids.
 
         `revalidate=False` hands over a cached copy as it is: only for a caller that reads the session again
         under its lease before it decides anything (a turn's admission), so the store is read once, not twice."""
+        return SessionInUse(self, tenant, session_id, revalidate)
+
+    async def _check_out(self, tenant: str, session_id: str, revalidate: bool) -> LiveSession:
         session, loaded = await self._acquire(tenant, session_id)
         try:
             if not loaded and revalidate:
@@ -90,11 +91,11 @@ class SessionCache:
             session.users -= 1
             self.forget(tenant, session_id)  # deleted by another replica
             raise
-        try:
-            yield session
-        finally:
-            session.users -= 1
-            self._drop_if_idle(session)
+        return session
+
+    def _check_in(self, session: LiveSession) -> None:
+        session.users -= 1
+        self._drop_if_idle(session)
 
     def release_idle(self, session: LiveSession) -> None:
         self._drop_if_idle(session)
@@ -225,3 +226,26 @@ class SessionCache:
     def loaded(self) -> list[LiveSession]:
         """Every session in memory, active or idle."""
         return [*self._in_use.values(), *self._idle.values()]
+
+
+class SessionInUse:
+    """What `SessionCache.use` returns: the session is in use from `__aenter__` to `__aexit__`. A class, not a
+    generator context manager: every RPC enters one, and a watch holds it for as long as its stream is open, so
+    it keeps no generator frame alive."""
+
+    __slots__ = ("_cache", "_revalidate", "_session", "_session_id", "_tenant")
+
+    def __init__(self, cache: SessionCache, tenant: str, session_id: str, revalidate: bool) -> None:
+        self._cache, self._tenant, self._session_id, self._revalidate = cache, tenant, session_id, revalidate
+        self._session: LiveSession | None = None
+
+    async def __aenter__(self) -> LiveSession:
+        self._session = await self._cache._check_out(self._tenant, self._session_id, self._revalidate)
+        return self._session
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            self._cache._check_in(session)
