@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from general_agent_server.domain.content import ContentPart
 from general_agent_server.domain.context import CallContext
 from general_agent_server.domain.events import MessageInjected, RunFinished, RunReason, SequencedEvent
-from general_agent_server.domain.records import CallResult
+from general_agent_server.domain.records import CallResult, RunRecord
 from general_agent_server.domain.validation import check_sequence, check_session_id, check_token, check_turn_input
 from general_agent_server.runs.approvals import ApprovalAnswer
 from general_agent_server.runs.state import (
@@ -101,7 +101,7 @@ class RunControl:
         return await session.inject(parts, self._keys.keyed(ctx.tenant, "InjectMessage", idem))
 
     # ------------------------------------------------------------------ StreamTurn
-    async def stream_turn(
+    def stream_turn(
         self,
         ctx: CallContext,
         session_id: str,
@@ -112,51 +112,62 @@ class RunControl:
     ) -> AsyncIterator[SequencedEvent]:
         """The run's events until its first run_finished (terminal or SUSPENDED). A replayed request_id attaches
         to the original run; a STEER turn follows the run it steered until the next run_finished after its
-        message was delivered."""
+        message was delivered. Nothing is checked or started until the stream is first read."""
+        return self._turn_events(ctx, session_id, parts, options, idem)
+
+    async def _turn_events(
+        self,
+        ctx: CallContext,
+        session_id: str,
+        parts: tuple[ContentPart, ...],
+        options: TurnOptions,
+        idem: Idempotency | None,
+    ) -> AsyncIterator[SequencedEvent]:
+        # One generator from the session's subscriber to the transport: every layer is a hop per event.
         check_session_id(session_id)
         self.check_input(parts)
         self._gate.check()
         async with self._cache.use(ctx.tenant, session_id, revalidate=_revalidates(options, idem)) as session:
-            if idem is not None and idem.request_id:
-                previous = await self._store.find_run_by_request_id(ctx.tenant, session_id, idem.request_id)
-                if previous is not None:
-                    if previous.body_hash != idem.body_hash:
-                        raise request_id_reused(idem.request_id, run_id=previous.run_id)
-                    async for event in self.streams.run_from(session, previous.first_sequence, previous.run_id):
-                        yield event
-                    return
-            async for event in self._follow_turn(session, parts, options, idem):
-                yield event
-
-    async def _follow_turn(
-        self, session: LiveSession, parts: tuple[ContentPart, ...], options: TurnOptions, idem: Idempotency | None
-    ) -> AsyncIterator[SequencedEvent]:
-        # A run admitted here publishes every event of its own; a STEER turn may follow a run elsewhere.
-        subscriber = session.subscribe(follow_remote=False)
-        run: ActiveRun | None = None
-        delivered_end = False
-        try:
-            admission = await self.admit(session, parts, options, idem)
-            run = admission.run
-            followed = run.run_id if run is not None else admission.steered_run_id
-            if not followed:
+            previous = await self._replayed_run(ctx.tenant, session_id, idem)
+            if previous is not None:
+                async for event in self.streams.run_from(session, previous.first_sequence, previous.run_id):
+                    yield event
                 return
-            if run is None:
-                session.follow_remote()
-            injected = run is not None
-            while (live := await subscriber.get()) is not None:
-                if live.run_id != followed:
-                    continue
-                yield live
-                if isinstance(live.body, MessageInjected):
-                    injected = True
-                if isinstance(live.body, RunFinished) and (injected or live.body.terminal):
-                    delivered_end = True
+            # A run admitted here publishes every event of its own; a STEER turn may follow a run elsewhere.
+            subscriber = session.subscribe(follow_remote=False)
+            run: ActiveRun | None = None
+            delivered_end = False
+            try:
+                admission = await self.admit(session, parts, options, idem)
+                run = admission.run
+                followed = run.run_id if run is not None else admission.steered_run_id
+                if not followed:
                     return
-        finally:
-            session.unsubscribe(subscriber)
-            if run is not None and not delivered_end and options.on_disconnect is OnDisconnect.CANCEL:
-                session.cancel_run(RunReason.CANCELLED, run.run_id)
+                if run is None:
+                    session.follow_remote()
+                injected = run is not None
+                while (live := await subscriber.get()) is not None:
+                    if live.run_id != followed:
+                        continue
+                    yield live
+                    injected = injected or isinstance(live.body, MessageInjected)
+                    if isinstance(live.body, RunFinished) and (injected or live.body.terminal):
+                        delivered_end = True
+                        return
+            finally:
+                session.unsubscribe(subscriber)
+                if run is not None and not delivered_end and options.on_disconnect is OnDisconnect.CANCEL:
+                    session.cancel_run(RunReason.CANCELLED, run.run_id)
+
+    async def _replayed_run(self, tenant: str, session_id: str, idem: Idempotency | None) -> RunRecord | None:
+        """The run a repeated request_id started, or None for a new request; REQUEST_ID_REUSED when the repeat's
+        body differs."""
+        if idem is None or not idem.request_id:
+            return None
+        previous = await self._store.find_run_by_request_id(tenant, session_id, idem.request_id)
+        if previous is not None and previous.body_hash != idem.body_hash:
+            raise request_id_reused(idem.request_id, run_id=previous.run_id)
+        return previous
 
     # ------------------------------------------------------------------ SubmitHostedToolResult, ResolveApproval
     async def submit(
