@@ -164,15 +164,34 @@ class AnthropicModelClient:
             await client.close()
 
     async def stream(self, request: ModelRequest, credential: Credential) -> AsyncIterator[ModelStreamEvent]:
-        """The call's events, and one `model_request` log line when it ends (model/request_log.py)."""
+        """The call's events, and one `model_request` log line when it ends (model/request_log.py). One generator
+        from the SDK's event stream to the run: every layer is a hop per event."""
         started = time.perf_counter()
         complete: MessageComplete | None = None
         error: ModelCallError | None = None
+        usage: dict[str, int] = {}
+        request_id = ""
         try:
-            async for item in self._stream(request, credential):
-                if isinstance(item, MessageComplete):
-                    complete = item
-                yield item
+            stream = await self._post(request, credential)
+            message = _Message(usage)
+            try:
+                request_id = stream.response.headers.get("request-id", "") or ""
+                async for event in stream:
+                    item = message.feed(event)
+                    if item is not None:
+                        yield item
+            except _STREAM_ERRORS as exc:
+                raise _mid_stream_error(exc, credential, usage, request_id) from None
+            finally:
+                await stream.close()
+            if not message.stopped:
+                # The connection ended mid-message: what arrived is a fragment, never a message.
+                raise _stream_failure("the model stream ended before message_stop", usage, request_id)
+            content = [message.blocks[i].finish() for i in sorted(message.blocks)]
+            complete = MessageComplete(
+                content=content, stop_reason=message.stop_reason, usage=_usage(usage), request_id=request_id
+            )
+            yield complete
         except ModelCallError as exc:
             error = exc
             raise
@@ -180,17 +199,14 @@ class AnthropicModelClient:
             if session_log.enabled():
                 log_model_request(request, credential, time.perf_counter() - started, complete, error)
 
-    async def _stream(self, request: ModelRequest, credential: Credential) -> AsyncIterator[ModelStreamEvent]:
+    async def _post(self, request: ModelRequest, credential: Credential) -> anthropic.AsyncStream[Any]:
         # The body `messages.create(stream=True)` would send, pre-encoded (model/wire_body.py), through the SDK's
         # public request method: same endpoint, headers, retries, errors and event stream.
         options: anthropic.RequestOptions = {}
         if request.betas:
             options["headers"] = {"anthropic-beta": ",".join(request.betas)}
-        client = self._client(credential)
-        usage: dict[str, int] = {}
-        request_id = ""
         try:
-            stream: anthropic.AsyncStream[Any] = await client.post(
+            stream: anthropic.AsyncStream[Any] = await self._client(credential).post(
                 "/v1/messages",
                 cast_to=Message,
                 content=self._encoder.body(request),
@@ -200,31 +216,22 @@ class AnthropicModelClient:
             )
         except anthropic.APIError as exc:
             raise _call_error(exc, credential) from None
-        message = _Message(usage)
-        try:
-            request_id = stream.response.headers.get("request-id", "") or ""
-            async for event in stream:
-                item = message.feed(event)
-                if item is not None:
-                    yield item
-        except anthropic.APIError as exc:
-            raise _call_error(exc, credential, usage=usage, request_id=request_id, mid_stream=True) from None
-        except httpx2.TimeoutException:
-            raise _stream_failure("the model stream timed out", usage, request_id, timeout=True) from None
-        except httpx2.TransportError as exc:
-            raise _stream_failure(f"the model stream broke: {type(exc).__name__}", usage, request_id) from None
-        except (ValueError, KeyError, TypeError):
-            # Undecodable or misshapen event data, or a delta for a block that never started.
-            raise _stream_failure("the model stream was malformed", usage, request_id) from None
-        finally:
-            await stream.close()
-        if not message.stopped:
-            # The connection ended mid-message: what arrived is a fragment, never a message.
-            raise _stream_failure("the model stream ended before message_stop", usage, request_id)
-        content = [message.blocks[i].finish() for i in sorted(message.blocks)]
-        yield MessageComplete(
-            content=content, stop_reason=message.stop_reason, usage=_usage(usage), request_id=request_id
-        )
+        return stream
+
+
+# Undecodable or misshapen event data, or a delta for a block that never started, counts as a malformed stream.
+_STREAM_ERRORS = (anthropic.APIError, httpx2.TimeoutException, httpx2.TransportError, ValueError, KeyError, TypeError)
+
+
+def _mid_stream_error(exc: Exception, credential: Credential, usage: dict[str, int], request_id: str) -> ModelCallError:
+    """What an error while the events arrive means for the call (one of _STREAM_ERRORS)."""
+    if isinstance(exc, anthropic.APIError):
+        return _call_error(exc, credential, usage=usage, request_id=request_id, mid_stream=True)
+    if isinstance(exc, httpx2.TimeoutException):
+        return _stream_failure("the model stream timed out", usage, request_id, timeout=True)
+    if isinstance(exc, httpx2.TransportError):
+        return _stream_failure(f"the model stream broke: {type(exc).__name__}", usage, request_id)
+    return _stream_failure("the model stream was malformed", usage, request_id)
 
 
 def _merge_usage(into: dict[str, int], update: dict[str, Any]) -> None:
