@@ -7,6 +7,11 @@ text delta, and the turn's p50, p99 and maximum.
 This machine's speed moves 20–30% within minutes; `bench.ab` alternates whole benchmark runs and still sees that
 drift. Alternating turn by turn puts both servers under the same conditions, so a change of 1–3% in CPU or 0.1 ms
 in latency shows. There is no bare-SDK baseline here: it compares two servers, for a before/after figure.
+
+The server started first runs slower: with both sides on the same code, the first-started one took 3–4% more CPU
+per turn and 0.2–0.5 ms more per turn at p50 (cause not found). So the run has two halves, each with fresh servers,
+and the second half starts them in the other order; `--check` runs this tree against itself to show what is left
+of that bias.
 """
 
 from __future__ import annotations
@@ -37,6 +42,11 @@ class Side:
     ttfd: list[float] = field(default_factory=list)
     total: list[float] = field(default_factory=list)
 
+    def add(self, other: Side) -> None:
+        self.cpu_seconds += other.cpu_seconds
+        self.ttfd += other.ttfd
+        self.total += other.total
+
     def line(self, name: str) -> str:
         turns = len(self.total)
         ordered = sorted(self.total)
@@ -52,9 +62,17 @@ def order(index: int) -> tuple[str, str]:
     return ("A", "B") if index % 2 == 0 else ("B", "A")
 
 
-def run(rev: str, turns: int, prompt: str) -> dict[str, Side]:
+def start_orders(trees: dict[str, Path]) -> list[dict[str, Path]]:
+    """The two halves' trees in the order their servers start: A first, then B first."""
+    return [dict(trees), dict(reversed(list(trees.items())))]
+
+
+def run(rev: str | None, turns: int, prompt: str) -> dict[str, Side]:
+    """Side A runs revision `rev` (None: this working tree, to measure the tool itself), side B this tree."""
     ctx = make_context(quick=False, cpus=plan_cpus())
     pin_self(ctx.cpus.client)
+    if rev is None:
+        return asyncio.run(_run(ctx, {"A": REPO, "B": REPO}, turns, prompt))
     with tempfile.TemporaryDirectory(prefix="bench-interleaved-") as scratch:
         tree_a = _worktree(rev, Path(scratch) / "a")
         try:
@@ -64,8 +82,13 @@ def run(rev: str, turns: int, prompt: str) -> dict[str, Side]:
 
 
 async def _run(ctx: BenchContext, trees: dict[str, Path], turns: int, prompt: str) -> dict[str, Side]:
-    async with contextlib.AsyncExitStack() as stack:
-        return await _measure(stack, ctx, trees, turns, prompt)
+    sides = {name: Side() for name in trees}
+    for ordered, half_turns in zip(start_orders(trees), (turns - turns // 2, turns // 2), strict=True):
+        async with contextlib.AsyncExitStack() as stack:
+            measured = await _measure(stack, ctx, ordered, half_turns, prompt)
+        for name, side in measured.items():
+            sides[name].add(side)
+    return sides
 
 
 async def _measure(
@@ -107,12 +130,16 @@ async def _measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.interleaved", description=__doc__.split("\n\n")[0])
-    parser.add_argument("rev", help="the git revision of side A (B is this working tree)")
+    parser.add_argument("rev", nargs="?", help="the git revision of side A (B is this working tree)")
+    parser.add_argument("--check", action="store_true", help="both sides this working tree: the tool's own bias")
     parser.add_argument("--turns", type=int, default=500, help="turns per side (default 500)")
     parser.add_argument("--prompt", default=PROMPT, help="the turn's text (e.g. 'list the text files @bench-glob')")
     args = parser.parse_args()
+    if (args.rev is None) != args.check:
+        parser.error("give either a revision or --check")
     sides = run(args.rev, args.turns, args.prompt)
-    print(f"A = {args.rev}, B = the working tree; turns alternating one by one")
+    first = "the working tree" if args.rev is None else args.rev
+    print(f"A = {first}, B = the working tree; turns alternating one by one, start order swapped at half time")
     for name, side in sides.items():
         print(side.line(name))
 

@@ -3,7 +3,9 @@ per-side summary line."""
 
 from __future__ import annotations
 
-from bench.interleaved import Side, order
+from pathlib import Path
+
+from bench.interleaved import Side, order, start_orders
 
 
 def test_each_side_goes_first_every_other_turn() -> None:
@@ -15,3 +17,15 @@ def test_the_summary_line_gives_cpu_per_turn_and_latency_percentiles() -> None:
     line = side.line("B")
     assert line.startswith("B: server CPU per turn 9.000 ms, ttfd p50 2.000 ms")
     assert "turn p50 50.500 / p99 100.000 / max 100.000 ms (100 turns)" in line
+
+
+def test_the_second_half_starts_the_servers_in_the_other_order() -> None:
+    trees = {"A": Path("/a"), "B": Path("/b")}
+    assert [list(half) for half in start_orders(trees)] == [["A", "B"], ["B", "A"]]
+    assert [dict(half) for half in start_orders(trees)] == [trees, trees]
+
+
+def test_the_halves_add_up() -> None:
+    side = Side(cpu_seconds=1.0, ttfd=[1.0], total=[2.0])
+    side.add(Side(cpu_seconds=0.5, ttfd=[3.0], total=[4.0]))
+    assert (side.cpu_seconds, side.ttfd, side.total) == (1.5, [1.0, 3.0], [2.0, 4.0])
