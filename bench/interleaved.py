@@ -8,10 +8,10 @@ This machine's speed moves 20–30% within minutes; `bench.ab` alternates whole 
 drift. Alternating turn by turn puts both servers under the same conditions, so a change of 1–3% in CPU or 0.1 ms
 in latency shows. There is no bare-SDK baseline here: it compares two servers, for a before/after figure.
 
-The server started first runs slower: with both sides on the same code, the first-started one took 3–4% more CPU
-per turn and 0.2–0.5 ms more per turn at p50 (cause not found). So the run has two halves, each with fresh servers,
-and the second half starts them in the other order; `--check` runs this tree against itself to show what is left
-of that bias.
+At times the server started first runs slower: with both sides on the same code, the first-started one took 3–4%
+more CPU per turn and 0.2–1.5 ms more per turn at p50 in runs of one quarter hour, and no more than the other in
+later ones (cause not found). So the run has two halves, each with fresh servers, and the second half starts them
+in the other order; `--check` runs this tree against itself to show what is left of any such bias.
 """
 
 from __future__ import annotations
