@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     cpus = plan_cpus()
-    # The measuring client runs here; subprocesses get their own cores (see bench.common.spawning_on).
+    # The measuring client runs here; subprocesses get their own cores (see bench.processes.spawning_on).
     pin_self(cpus.client)
     ctx = make_context(quick=args.quick, cpus=cpus)
 

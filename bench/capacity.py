@@ -22,16 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from bench.common import (
-    BenchContext,
-    MeasuredWindow,
-    Result,
-    environment,
-    loadavg,
-    percentile,
-    process_rss_kb,
-    temp_workdir,
-)
+from bench.common import BenchContext, MeasuredWindow, Result, environment, loadavg, percentile, temp_workdir
 from bench.harness import (
     BaselineClient,
     Conversation,
@@ -41,6 +32,7 @@ from bench.harness import (
     start_bench_service,
     start_fast_fake,
 )
+from bench.processes import process_rss_kb
 from bench.serve_probe import probe
 from general_agent.v1 import turn_pb2
 

@@ -22,7 +22,8 @@ from typing import Any, Final, NamedTuple
 import anthropic
 import grpc
 
-from bench.common import READY_TIMEOUT, REPO, BenchError, ManagedProcess, service_env, stream_turn
+from bench.common import REPO, service_env, stream_turn
+from bench.processes import READY_TIMEOUT, BenchError, ManagedProcess
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_messages_pb2, session_pb2
 
 MODEL_REF: Final = "claude-haiku-4-5"  # no thinking by default: the first block is text

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.ab import _worktree
-from bench.common import REPO, BenchContext, make_context, pin_self, plan_cpus, process_cpu_seconds, temp_workdir
+from bench.common import REPO, BenchContext, make_context, pin_self, plan_cpus, temp_workdir
 from bench.harness import PROMPT, ServiceClient, start_bench_service, start_fast_fake
+from bench.processes import process_cpu_seconds
 
 WARMUP_TURNS = 40
 # Lets the server finish what follows a turn's last event (the lease release, the export) before the next turn.

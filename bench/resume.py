@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from bench.common import BenchContext, BenchError, Result, environment, loadavg, process_cpu_seconds, temp_workdir
+from bench.common import BenchContext, Result, environment, loadavg, temp_workdir
 from bench.harness import (
     PROMPT,
     BaselineClient,
@@ -28,6 +28,7 @@ from bench.harness import (
     start_bench_service,
     start_fast_fake,
 )
+from bench.processes import BenchError, process_cpu_seconds
 from general_agent_server.store.sqlite import DB_FILE_NAME
 
 MESSAGES: Final = 10_000

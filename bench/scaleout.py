@@ -27,18 +27,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from bench.capacity import closed_loop
-from bench.common import (
-    BenchContext,
-    ManagedProcess,
-    MeasuredWindow,
-    Result,
-    environment,
-    loadavg,
-    temp_workdir,
-    terminate_together,
-    tree_cpu_seconds,
-)
+from bench.common import BenchContext, MeasuredWindow, Result, environment, loadavg, temp_workdir
 from bench.harness import ServiceClient, p50_ms, row, start_bench_service, start_fast_fake
+from bench.processes import ManagedProcess, terminate_together, tree_cpu_seconds
 from tests.support.pg_cluster import Cluster, throwaway_cluster
 
 SESSIONS: Final = 50

@@ -20,16 +20,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
-from bench.common import (
-    BenchContext,
-    BenchError,
-    MeasuredWindow,
-    Result,
-    environment,
-    loadavg,
-    measure_pairs,
-    temp_workdir,
-)
+from bench.common import BenchContext, MeasuredWindow, Result, environment, loadavg, measure_pairs, temp_workdir
 from bench.fast_fake import GLOB_INPUT, MARK_DELTAS, MARK_GLOB, deltas_text
 from bench.harness import (
     PROMPT,
@@ -48,6 +39,7 @@ from bench.harness import (
     start_bench_service,
     start_fast_fake,
 )
+from bench.processes import BenchError
 
 LIMIT_S: Final = 30.0
 

@@ -1,5 +1,5 @@
 """A benchmark's subprocesses end with it however it dies: a SIGKILLed benchmark (a `timeout`, an OOM kill) runs no
-cleanup, and its fake model and service used to keep running and holding their cores (bench/common.py)."""
+cleanup, and its fake model and service used to keep running and holding their cores (bench/processes.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ _PARENT = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from bench.common import ManagedProcess
+    from bench.processes import ManagedProcess
 
     work = Path(sys.argv[1])
     child = ManagedProcess(

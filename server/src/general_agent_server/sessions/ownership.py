@@ -102,10 +102,7 @@ class Ownership:
         if key not in self._held:
             return
         self._held.discard(key)
-        self._release_in_background(key)
-
-    def _release_in_background(self, key: _Key) -> None:
-        """The store write of a release, after any still in flight; registered so that `settle` waits for it."""
+        # The store write runs after any release still in flight, registered so that `settle` waits for it.
         previous = self._releasing.get(key)
 
         async def release() -> None:

@@ -283,9 +283,9 @@ class InMemorySessionStore:
 
     async def renew_lease(self, tenant: str, session_id: str, owner: str, *, ttl_seconds: float) -> bool:
         row = self._tables().sessions.get((tenant, session_id))
-        held = row is not None and row.lease_owner == owner
-        if row is not None and held:
-            row.lease_expires = self.clock() + ttl_seconds
+        held = False
+        if row is not None and row.lease_owner == owner:
+            row.lease_expires, held = self.clock() + ttl_seconds, True
         await asyncio.sleep(0)
         return held
 
