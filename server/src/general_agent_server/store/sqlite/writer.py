@@ -2,8 +2,15 @@
 
 Every write (batches, and the operations of operations.py and checkpoints.py) goes through the shared
 group-commit loop (store/group_commit.py): one queue, one asyncio task, writes committed in queue order.
-This module adds the SQLite part: each group commits in one transaction on one dedicated thread with its own
-sqlite3 connection, so a group commit is one hand-off to that thread, not one per statement."""
+This module adds the SQLite part: each group commits in one transaction on its own sqlite3 connection.
+
+A small group (at most `INLINE_MAX_ROWS` rows, no operation that can touch many: a turn's step) commits on the
+event loop's thread, in place: its transaction costs less than the two thread hand-offs around it (bench/README.md
+has the figures). It takes the write lock without waiting; when another connection holds it (another worker
+process), the group goes to the writer thread, which waits up to `busy_timeout`, so the loop never blocks on a
+lock. Larger groups (a fork's history, a deletion, the groups of a busy server) commit on the writer thread, so
+the loop goes on serving while they are applied. The group-commit loop runs one transaction at a time, so the
+connection is never used by both threads at once."""
 
 from __future__ import annotations
 
@@ -17,10 +24,16 @@ from general_agent_server.store.port import StoreError, StoreUnavailableError
 from general_agent_server.store.sqlite.batch import apply_write
 from general_agent_server.store.sqlite.checkpointer import writer_pragmas
 from general_agent_server.store.sqlite.migrations import migrate
-from general_agent_server.store.sqlite.operations import Operation
+from general_agent_server.store.sqlite.operations import HookRegistration, InsertSession, Lease, Operation
 from general_agent_server.store.sqlite.writer_thread import WriterThread
 
 T = TypeVar("T")
+
+# A group of at most this many rows commits on the loop's thread (module docstring): a turn's step writes about
+# ten; past this the time the loop would stand still grows with the group.
+INLINE_MAX_ROWS = 64
+# Operations that write one row or a handful; any other (a deletion, a purge, a checkpoint's files) goes to the thread.
+_SMALL_OPERATIONS = (InsertSession, Lease, HookRegistration)
 
 
 class GroupCommitWriter(GroupCommitLoop[Operation]):
@@ -34,6 +47,8 @@ class GroupCommitWriter(GroupCommitLoop[Operation]):
         self._busy_timeout_ms = busy_timeout_ms
         self._conn: sqlite3.Connection | None = None
         self._thread = WriterThread("sqlite-writer")
+        # The connection's busy timeout now: 0 for a commit in place, `busy_timeout_ms` on the thread.
+        self._waits_ms = busy_timeout_ms
 
     # ------------------------------------------------------------------ life cycle
     async def connect(self) -> None:
@@ -78,14 +93,57 @@ class GroupCommitWriter(GroupCommitLoop[Operation]):
         return super()._store_error(error)
 
     async def _transaction(self, items: list[QueuedWrite[Operation]]) -> None:
-        """One group commit is one hand-off to the writer thread."""
+        """A small group commits in place unless the write lock is taken; any other group is one hand-off to the
+        writer thread (module docstring)."""
         conn = self._conn
         if conn is None:
             raise StoreError("store is not open")
-        await self._on_thread(_transaction, conn, items)
+        if _small(items) and self._in_place(conn, items):
+            return
+        await self._on_thread(self._on_writer_thread, conn, items)
+
+    def _in_place(self, conn: sqlite3.Connection, items: list[QueuedWrite[Operation]]) -> bool:
+        """Commits `items` on this thread, or leaves nothing of them applied and answers False when SQLite would
+        have to wait for another connection (its write lock, mostly)."""
+        self._set_busy_timeout(conn, 0)
+        try:
+            _transaction(conn, items)
+        except sqlite3.OperationalError as error:
+            if _busy(error):
+                return False
+            raise
+        return True
+
+    def _on_writer_thread(self, conn: sqlite3.Connection, items: list[QueuedWrite[Operation]]) -> None:
+        self._set_busy_timeout(conn, self._busy_timeout_ms)
+        _transaction(conn, items)
+
+    def _set_busy_timeout(self, conn: sqlite3.Connection, waits_ms: int) -> None:
+        if self._waits_ms != waits_ms:
+            conn.execute(f"PRAGMA busy_timeout={int(waits_ms)}")
+            self._waits_ms = waits_ms
+
+
+def _small(items: list[QueuedWrite[Operation]]) -> bool:
+    rows = 0
+    for item in items:
+        batch, operation = item.batch, item.operation
+        if operation is not None and not isinstance(operation, _SMALL_OPERATIONS):
+            return False
+        if batch.replace_history or batch.clear_transcript:
+            return False
+        rows += 1 + len(batch.history) + len(batch.transcript) + len(batch.events) + len(batch.runs)
+        rows += len(batch.tool_calls)
+    return rows <= INLINE_MAX_ROWS
+
+
+def _busy(error: sqlite3.OperationalError) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _transaction(conn: sqlite3.Connection, items: list[QueuedWrite[Operation]]) -> None:
+    """Every item in one transaction, or none of them (rolled back on any error)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         for item in items:
