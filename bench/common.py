@@ -36,8 +36,10 @@ from bench.processes import (
     context_switches,
     process_cpu_seconds,
     process_rss_kb,
+    start_announcing,
     system_cpu_seconds,
     thread_affinities,
+    without_service_settings,
 )
 from general_agent.v1 import content_pb2, session_messages_pb2, session_pb2, turn_pb2
 
@@ -96,7 +98,7 @@ BENCH_API_KEY: Final = "sk-ant-api03-bench-" + "0123456789abcdefghijklmnopqrstuv
 
 def service_env(base_url: str) -> dict[str, str]:
     """This environment without any GENERAL_AGENT_*/ANTHROPIC_* setting, pointed at the fake."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GENERAL_AGENT_", "ANTHROPIC_"))}
+    env = without_service_settings()
     env.update({"ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": BENCH_API_KEY, "PYTHONUNBUFFERED": "1"})
     return env
 
@@ -114,27 +116,15 @@ async def start_fake(
 
     `script` names a request-inspecting responder of the fake's CLI (`--script`, e.g. "tool_round")."""
     argv = [sys.executable, "-m", "general_agent.testing.fake_anthropic", "--port", "0"]
-    ready = workdir / "fake-ready.json"
-    argv += ["--ready-file", str(ready)]
     if deltas is not None:
         argv += ["--deltas", str(deltas)]
     if text is not None:
         argv += ["--text", text]
     if script is not None:
         argv += ["--script", script]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GENERAL_AGENT_", "ANTHROPIC_"))}
-    proc = ManagedProcess(
-        name="fake Anthropic server",
-        argv=argv,
-        env=env,
-        cwd=workdir,
-        log_path=workdir / "fake.log",
-        ready_file=ready,
-        cpu=cpu,
+    proc, data = await start_announcing(
+        stack, workdir, name="fake Anthropic server", slug="fake", argv=argv, env=without_service_settings(), cpu=cpu
     )
-    stack.callback(proc.kill)
-    proc.start()
-    data = await proc.wait_ready()
     return proc, str(data["base_url"])
 
 

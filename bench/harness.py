@@ -23,7 +23,7 @@ import anthropic
 import grpc
 
 from bench.common import REPO, service_env, stream_turn
-from bench.processes import READY_TIMEOUT, BenchError, ManagedProcess
+from bench.processes import READY_TIMEOUT, BenchError, ManagedProcess, start_announcing, without_service_settings
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_messages_pb2, session_pb2
 
 MODEL_REF: Final = "claude-haiku-4-5"  # no thinking by default: the first block is text
@@ -35,21 +35,12 @@ _EPHEMERAL: Final = {"type": "ephemeral"}
 
 
 async def start_fast_fake(stack: contextlib.AsyncExitStack, workdir: Path, cpu: int) -> tuple[ManagedProcess, str]:
-    ready = workdir / "fast-fake-ready.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GENERAL_AGENT_", "ANTHROPIC_"))}
+    env = without_service_settings()
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    proc = ManagedProcess(
-        name="fast fake model",
-        argv=[sys.executable, "-m", "bench.fast_fake", "--port", "0", "--ready-file", str(ready)],
-        env=env,
-        cwd=workdir,
-        log_path=workdir / "fast-fake.log",
-        ready_file=ready,
-        cpu=cpu,
+    argv = [sys.executable, "-m", "bench.fast_fake", "--port", "0"]
+    proc, data = await start_announcing(
+        stack, workdir, name="fast fake model", slug="fast-fake", argv=argv, env=env, cpu=cpu
     )
-    stack.callback(proc.kill)
-    proc.start()
-    data = await proc.wait_ready()
     return proc, str(data["base_url"])
 
 
@@ -156,6 +147,15 @@ class ServiceClient:
         if finished is None or finished.outcome != event_pb2.RUN_OUTCOME_COMPLETED:
             raise BenchError(f"service turn did not complete: {finished}")
         return TurnSample(ttfd=(first or end) - t0, total=end - t0, text="".join(text))
+
+    async def responses(self, session_id: str, prompt: str = PROMPT) -> list[bytes]:
+        """One turn's StreamTurnResponses as the service serialised them, run_finished last."""
+        got: list[bytes] = []
+        async for response in stream_turn(self.stub, session_id, prompt):
+            got.append(response.SerializeToString())
+            if response.event.WhichOneof("event") == "run_finished":
+                break
+        return got
 
     async def close(self) -> None:
         await self.channel.close()

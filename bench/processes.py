@@ -202,6 +202,38 @@ class ManagedProcess:
             process.wait(timeout=10)
 
 
+def without_service_settings() -> dict[str, str]:
+    """This process's environment without any GENERAL_AGENT_*/ANTHROPIC_* setting."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("GENERAL_AGENT_", "ANTHROPIC_"))}
+
+
+async def start_announcing(
+    stack: contextlib.AsyncExitStack,
+    workdir: Path,
+    *,
+    name: str,
+    slug: str,
+    argv: list[str],
+    env: dict[str, str],
+    cpu: int | tuple[int, ...],
+) -> tuple[ManagedProcess, dict[str, Any]]:
+    """`argv --ready-file WORKDIR/SLUG-ready.json` on `cpu`, logging to WORKDIR/SLUG.log and killed by `stack`;
+    returns it once ready, with what its ready file says."""
+    ready = workdir / f"{slug}-ready.json"
+    proc = ManagedProcess(
+        name=name,
+        argv=[*argv, "--ready-file", str(ready)],
+        env=env,
+        cwd=workdir,
+        log_path=workdir / f"{slug}.log",
+        ready_file=ready,
+        cpu=cpu,
+    )
+    stack.callback(proc.kill)
+    proc.start()
+    return proc, await proc.wait_ready()
+
+
 def terminate_together(processes: Sequence[ManagedProcess], grace: float = 5.0) -> None:
     """`kill` for several processes with one shared grace period: SIGTERM to every group first, so their
     graceful shutdowns overlap instead of adding up."""

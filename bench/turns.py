@@ -2,7 +2,9 @@
 
 - `turn_fresh`: time to the first text delta and the whole text turn on a fresh session (created
   untimed, before the measured window), and the server's CPU per text turn against the bare client's
-  CPU per turn (process CPU / turns, both measured in the same window).
+  CPU per turn (process CPU / turns, both measured in the same window). Then the transport floor
+  (bench/transport_floor.py): a bare grpc.aio server replaying that turn's responses, timed the same way,
+  the share of the overhead no Python gRPC front avoids.
 - `turn_history`: one session grown to 200 history messages (100 turns); every turn's baseline body is
   checked equal to the body the service sent.
 - `tool_round`: one local `glob` round (tool_use, run, tool_result, text); the baseline makes both calls
@@ -18,7 +20,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from bench.common import BenchContext, MeasuredWindow, Result, environment, loadavg, measure_pairs, temp_workdir
 from bench.fast_fake import GLOB_INPUT, MARK_DELTAS, MARK_GLOB, deltas_text
@@ -40,6 +42,7 @@ from bench.harness import (
     start_fast_fake,
 )
 from bench.processes import BenchError
+from bench.transport_floor import start_transport_floor
 
 LIMIT_S: Final = 30.0
 
@@ -134,6 +137,7 @@ async def turn_fresh(ctx: BenchContext) -> Result:
         base, svc, base_cpu, window = await rig.pairs(
             lambda: rig.base.call(params), lambda: rig.svc.turn(sessions.pop()), n, w
         )
+        floor = await _transport_floor(rig, params, n, w)
     b_turn = p50_ms([s.total for s in base])
     cpu_service = window.service_cpu * 1000 / n
     cpu_base = sum(base_cpu[-n:]) * 1000 / n
@@ -141,12 +145,53 @@ async def turn_fresh(ctx: BenchContext) -> Result:
         row("ttfd, fresh session", p50_ms([s.ttfd for s in svc]), p50_ms([s.ttfd for s in base]), max_overhead=1.0),
         row("text turn, fresh session", p50_ms([s.total for s in svc]), b_turn, max_overhead=1.5),
         row("CPU per text turn (server vs bare client)", cpu_service, cpu_base, unit="ms CPU", max_ratio=2.0),
+        *floor.rows,
     ]
     config = {
         "reply": "10 text deltas",
         "request": f"{len(params.get('tools', []))} tools, max_tokens {params['max_tokens']}",
+        "transport floor": floor.description,
     }
     return rig.result("turn_fresh", "fresh-session text turn: ttfd, turn, CPU", rows, window, n, 2 * n, b_turn, config)
+
+
+class _Floor(NamedTuple):
+    rows: list[dict[str, Any]]
+    description: str
+
+
+async def _transport_floor(rig: _Rig, params: dict[str, Any], n: int, w: int) -> _Floor:
+    """The bare grpc.aio server replaying one service turn's responses (bench/transport_floor.py), timed in
+    pairs with the bare SDK as the service was, so it sees the same idle time before each call."""
+    responses = await rig.svc.responses(await rig.svc.create())
+    floor, address = await start_transport_floor(rig.stack, rig.workdir, rig.ctx.cpus.service, responses)
+    client = ServiceClient(address)
+    rig.stack.push_async_callback(client.close)
+    got = await measure_pairs(
+        lambda: rig.base.call(params),
+        lambda: client.turn("floor"),
+        fake=rig.fake,
+        service=floor,
+        iterations=n,
+        warmup=w,
+        limit_s=LIMIT_S,
+    )
+    floor.kill()
+    kinds = len(responses)
+    rows = [
+        row(
+            f"transport floor: bare grpc.aio, the turn's {kinds} responses, ttfd",
+            p50_ms([s.ttfd for s in got.service]),
+            None,
+        ),
+        row("transport floor: the whole stream", p50_ms([s.total for s in got.service]), None),
+        row("transport floor: server CPU per stream", got.window.service_cpu * 1000 / n, None, unit="ms CPU"),
+    ]
+    description = (
+        f"a grpc.aio server with no interceptors replays the {kinds} responses of one service text turn, on the"
+        " service's core, timed in pairs with the bare SDK as the service was (report only)"
+    )
+    return _Floor(rows, description)
 
 
 async def turn_history(ctx: BenchContext) -> Result:
