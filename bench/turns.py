@@ -8,7 +8,8 @@
 - `turn_history`: one session grown to 200 history messages (100 turns); every turn's baseline body is
   checked equal to the body the service sent.
 - `tool_round`: one local `glob` round (tool_use, run, tool_result, text); the baseline makes both calls
-  and runs the same glob, sending the service's tool_result content.
+  and runs the same glob, sending the service's tool_result content; then the round's transport floor, as
+  `turn_fresh`'s.
 - `deltas_1000`: a 1,000-text-delta turn, request → end.
 """
 
@@ -137,7 +138,7 @@ async def turn_fresh(ctx: BenchContext) -> Result:
         base, svc, base_cpu, window = await rig.pairs(
             lambda: rig.base.call(params), lambda: rig.svc.turn(sessions.pop()), n, w
         )
-        floor = await _transport_floor(rig, params, n, w)
+        floor = await _transport_floor(rig, lambda: rig.base.call(params), n, w, what="text turn")
     b_turn = p50_ms([s.total for s in base])
     cpu_service = window.service_cpu * 1000 / n
     cpu_base = sum(base_cpu[-n:]) * 1000 / n
@@ -160,15 +161,17 @@ class _Floor(NamedTuple):
     description: str
 
 
-async def _transport_floor(rig: _Rig, params: dict[str, Any], n: int, w: int) -> _Floor:
-    """The bare grpc.aio server replaying one service turn's responses (bench/transport_floor.py), timed in
-    pairs with the bare SDK as the service was, so it sees the same idle time before each call."""
-    responses = await rig.svc.responses(await rig.svc.create())
+async def _transport_floor(
+    rig: _Rig, base_once: Callable[[], Awaitable[TurnSample]], n: int, w: int, *, prompt: str = PROMPT, what: str
+) -> _Floor:
+    """The bare grpc.aio server replaying the responses of one service turn of `prompt` (bench/transport_floor.py),
+    timed in pairs with `base_once` as the service was, so it sees the same idle time before each call."""
+    responses = await rig.svc.responses(await rig.svc.create(), prompt)
     floor, address = await start_transport_floor(rig.stack, rig.workdir, rig.ctx.cpus.service, responses)
     client = ServiceClient(address)
     rig.stack.push_async_callback(client.close)
     got = await measure_pairs(
-        lambda: rig.base.call(params),
+        base_once,
         lambda: client.turn("floor"),
         fake=rig.fake,
         service=floor,
@@ -180,15 +183,20 @@ async def _transport_floor(rig: _Rig, params: dict[str, Any], n: int, w: int) ->
     kinds = len(responses)
     rows = [
         row(
-            f"transport floor: bare grpc.aio, the turn's {kinds} responses, ttfd",
+            f"transport floor of the {what}: bare grpc.aio, its {kinds} responses, ttfd",
             p50_ms([s.ttfd for s in got.service]),
             None,
         ),
-        row("transport floor: the whole stream", p50_ms([s.total for s in got.service]), None),
-        row("transport floor: server CPU per stream", got.window.service_cpu * 1000 / n, None, unit="ms CPU"),
+        row(f"transport floor of the {what}: the whole stream", p50_ms([s.total for s in got.service]), None),
+        row(
+            f"transport floor of the {what}: server CPU per stream",
+            got.window.service_cpu * 1000 / n,
+            None,
+            unit="ms CPU",
+        ),
     ]
     description = (
-        f"a grpc.aio server with no interceptors replays the {kinds} responses of one service text turn, on the"
+        f"a grpc.aio server with no interceptors replays the {kinds} responses of one service {what}, on the"
         " service's core, timed in pairs with the bare SDK as the service was (report only)"
     )
     return _Floor(rows, description)
@@ -262,9 +270,13 @@ async def tool_round(ctx: BenchContext) -> Result:
 
         sessions = await _fresh_sessions(rig.svc, n + w)
         base, svc, _, window = await rig.pairs(base_once, lambda: rig.svc.turn(sessions.pop(), prompt), n, w)
+        floor = await _transport_floor(rig, base_once, n, w, prompt=prompt, what="tool round")
     b_turn = p50_ms([s.total for s in base])
-    rows = [row("one local tool round (glob)", p50_ms([s.total for s in svc]), b_turn, max_overhead=2.5)]
-    config = {"round": "tool_use glob (2 input_json_deltas) → tool_result → 10 text deltas"}
+    rows = [row("one local tool round (glob)", p50_ms([s.total for s in svc]), b_turn, max_overhead=2.5), *floor.rows]
+    config = {
+        "round": "tool_use glob (2 input_json_deltas) → tool_result → 10 text deltas",
+        "transport floor": floor.description,
+    }
     return rig.result("tool_round", "one local tool round", rows, window, n, 4 * n, b_turn / 2, config)
 
 
