@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from general_agent_server.domain.history import HistoryMessage
 from general_agent_server.domain.session import SessionRecord
 from general_agent_server.store.port import WriteBatch
 from general_agent_server.store.sqlite.store import SqliteSessionStore
-from general_agent_server.store.sqlite.writer import INLINE_MAX_ROWS
+from general_agent_server.store.sqlite.writer import INLINE_MAX_CHARS, INLINE_MAX_ROWS
 from general_agent_server.store.testing.factories import bump, make_event, make_session
 
 TENANT, SID = "t", "s1"
@@ -80,6 +81,22 @@ async def test_a_large_group_commits_on_the_writer_thread(store: SqliteSessionSt
     await store.write(step(record, events=INLINE_MAX_ROWS))
     assert threads == {await writer_thread(store)} != {threading.get_ident()}
     assert len(await store.read_events(TENANT, SID, after_sequence=0, limit=1000)) == INLINE_MAX_ROWS
+
+
+async def test_a_long_message_commits_on_the_writer_thread(store: SqliteSessionStore) -> None:
+    record = make_session(TENANT, SID)
+    await store.create_session(record)
+    threads = committing_threads(store)
+    long = HistoryMessage(role="user", content=({"type": "text", "text": "x" * (INLINE_MAX_CHARS + 1)},))
+    short = HistoryMessage(role="user", content=({"type": "text", "text": "x" * (INLINE_MAX_CHARS // 2)},))
+    await store.write(WriteBatch(tenant=TENANT, session_id=SID, session=bump(record), history=[long]))
+    assert threads == {await writer_thread(store)}
+    threads.clear()
+    stored = await store.get_session(TENANT, SID)
+    assert stored is not None
+    await store.write(WriteBatch(tenant=TENANT, session_id=SID, session=bump(stored), history=[short], history_base=1))
+    assert threads == {threading.get_ident()}
+    assert [m.content for m in await store.load_history(TENANT, SID)] == [long.content, short.content]
 
 
 async def test_a_lock_held_elsewhere_leaves_the_loop_free_and_the_write_lands_after_it(

@@ -4,13 +4,13 @@ Every write (batches, and the operations of operations.py and checkpoints.py) go
 group-commit loop (store/group_commit.py): one queue, one asyncio task, writes committed in queue order.
 This module adds the SQLite part: each group commits in one transaction on its own sqlite3 connection.
 
-A small group (at most `INLINE_MAX_ROWS` rows, no operation that can touch many: a turn's step) commits on the
-event loop's thread, in place: its transaction costs less than the two thread hand-offs around it (bench/README.md
-has the figures). It takes the write lock without waiting; when another connection holds it (another worker
-process), the group goes to the writer thread, which waits up to `busy_timeout`, so the loop never blocks on a
-lock. Larger groups (a fork's history, a deletion, the groups of a busy server) commit on the writer thread, so
-the loop goes on serving while they are applied. The group-commit loop runs one transaction at a time, so the
-connection is never used by both threads at once."""
+A small group (at most `INLINE_MAX_ROWS` rows and `INLINE_MAX_CHARS` of message text, no operation that can
+touch many: a turn's step) commits on the event loop's thread, in place: its transaction costs less than the two
+thread hand-offs around it (bench/README.md has the figures). It takes the write lock without waiting; when
+another connection holds it (another worker process), the group goes to the writer thread, which waits up to
+`busy_timeout`, so the loop never blocks on a lock. Larger groups (a fork's history, a deletion, a long message,
+the groups of a busy server) commit on the writer thread, so the loop goes on serving while they are applied.
+The group-commit loop runs one transaction at a time, so the connection is never used by both threads at once."""
 
 from __future__ import annotations
 
@@ -29,9 +29,11 @@ from general_agent_server.store.sqlite.writer_thread import WriterThread
 
 T = TypeVar("T")
 
-# A group of at most this many rows commits on the loop's thread (module docstring): a turn's step writes about
-# ten; past this the time the loop would stand still grows with the group.
+# A group of at most this many rows, whose history messages hold at most this much text, commits on the loop's
+# thread (module docstring): a turn's step writes about ten rows; past these the time the loop would stand still
+# grows with the group (a 20 MiB user message is encoded and written three times: history, transcript, event).
 INLINE_MAX_ROWS = 64
+INLINE_MAX_CHARS = 256 * 1024
 # Operations that write one row or a handful; any other (a deletion, a purge, a checkpoint's files) goes to the thread.
 _SMALL_OPERATIONS = (InsertSession, Lease, HookRegistration)
 
@@ -125,7 +127,10 @@ class GroupCommitWriter(GroupCommitLoop[Operation]):
 
 
 def _small(items: list[QueuedWrite[Operation]]) -> bool:
-    rows = 0
+    """Few rows, no operation that can touch many, and no large message. A message's text is in its history row
+    (user input, tool results, the model's output), so only history content is measured: a step's events and
+    transcript entries hold the same text, and a tool's output is capped well below the limit."""
+    rows = chars = 0
     for item in items:
         batch, operation = item.batch, item.operation
         if operation is not None and not isinstance(operation, _SMALL_OPERATIONS):
@@ -134,7 +139,20 @@ def _small(items: list[QueuedWrite[Operation]]) -> bool:
             return False
         rows += 1 + len(batch.history) + len(batch.transcript) + len(batch.events) + len(batch.runs)
         rows += len(batch.tool_calls)
-    return rows <= INLINE_MAX_ROWS
+        for message in batch.history:
+            chars += _text_chars(message.content)
+    return rows <= INLINE_MAX_ROWS and chars <= INLINE_MAX_CHARS
+
+
+def _text_chars(value: object) -> int:
+    """The characters of every string in JSON-shaped `value` (content blocks: a few small dicts)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_text_chars(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return sum(_text_chars(v) for v in value)
+    return 0
 
 
 def _busy(error: sqlite3.OperationalError) -> bool:
