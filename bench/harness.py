@@ -68,12 +68,14 @@ async def start_bench_service(
     state: Path | None = None,
     workspace: Path | None = None,
     lag_file: Path | None = None,
+    timeline_file: Path | None = None,
     extra_args: tuple[str, ...] = (),
     ready_timeout: float = READY_TIMEOUT,
     tree: Path = REPO,
 ) -> tuple[ManagedProcess, str]:
     """`general-agent serve` (through bench.serve_probe) on `cpu` (a core or a set of cores); `state` may be
-    reused across restarts. `tree`: the checkout whose code the server runs (another revision's worktree)."""
+    reused across restarts. `tree`: the checkout whose code the server runs (another revision's worktree).
+    `lag_file` / `timeline_file`: the loop-lag probe's and the timeline marks' files (bench/serve_probe.py)."""
     state = state or workdir / "state"
     workspace = workspace or workdir / "workspace"
     state.mkdir(exist_ok=True)
@@ -87,6 +89,8 @@ async def start_bench_service(
         env["PYTHONPATH"] = os.pathsep.join(str(tree / part) for part in ("", "server/src", "clients/python/src"))
     if lag_file is not None:
         env["BENCH_LAG_FILE"] = str(lag_file)
+    if timeline_file is not None:
+        env["BENCH_TIMELINE_FILE"] = str(timeline_file)
     argv = [sys.executable, "-m", "bench.serve_probe", "serve", "--listen", "127.0.0.1:0"]
     argv += ["--state-dir", str(state), "--workspace-dir", str(workspace), "--ready-file", str(ready)]
     argv += ["--log-level", "WARNING", *extra_args]

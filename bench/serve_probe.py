@@ -2,7 +2,9 @@
 
 With BENCH_LAG_FILE set, a task on the server's loop sleeps 10 ms at a time and records how late each
 wake-up was; SIGUSR1 writes the samples recorded since the previous SIGUSR1 to BENCH_LAG_FILE (JSON list
-of milliseconds, written atomically) and starts a new window. Without it this is `general-agent`.
+of milliseconds, written atomically) and starts a new window. With BENCH_TIMELINE_FILE set,
+bench/timeline_marks.py marks the functions a turn passes through (`python -m bench.timeline`). Without
+either this is `general-agent`.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ class _ProbedPolicy(asyncio.DefaultEventLoopPolicy):
 
 
 def run(argv: list[str]) -> int:
+    timeline_file = os.environ.get("BENCH_TIMELINE_FILE")
+    if timeline_file:
+        from bench.timeline_marks import install
+
+        install(Path(timeline_file))
     lag_file = os.environ.get("BENCH_LAG_FILE")
     if lag_file:
         path = Path(lag_file)
