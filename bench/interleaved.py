@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.ab import _worktree
-from bench.common import REPO, BenchContext, make_context, pin_self, plan_cpus, temp_workdir
+from bench.common import REPO, BenchContext, heap_frozen, make_context, pin_self, plan_cpus, temp_workdir
 from bench.harness import PROMPT, ServiceClient, start_bench_service, start_fast_fake
 from bench.processes import process_cpu_seconds
 
@@ -116,16 +116,17 @@ async def _measure(
         for _ in range(WARMUP_TURNS):
             await client.turn(await client.create(), prompt)
     sides = {name: Side() for name in servers}
-    started = {name: process_cpu_seconds(process.pid) for name, (process, _) in servers.items()}
-    for index in range(turns):
-        for name in order(index):
-            _process, client = servers[name]
-            sample = await client.turn(await client.create(), prompt)
-            await asyncio.sleep(SETTLE_SECONDS)
-            sides[name].ttfd.append(sample.ttfd / 1e6)
-            sides[name].total.append(sample.total / 1e6)
-    for name, (process, _) in servers.items():
-        sides[name].cpu_seconds = process_cpu_seconds(process.pid) - started[name]
+    with heap_frozen():  # this process's own collections stay out of the turns
+        started = {name: process_cpu_seconds(process.pid) for name, (process, _) in servers.items()}
+        for index in range(turns):
+            for name in order(index):
+                _process, client = servers[name]
+                sample = await client.turn(await client.create(), prompt)
+                await asyncio.sleep(SETTLE_SECONDS)
+                sides[name].ttfd.append(sample.ttfd / 1e6)
+                sides[name].total.append(sample.total / 1e6)
+        for name, (process, _) in servers.items():
+            sides[name].cpu_seconds = process_cpu_seconds(process.pid) - started[name]
     return sides
 
 

@@ -22,7 +22,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from bench.common import make_context, pin_self, plan_cpus, stream_turn, temp_workdir
+from bench.common import heap_frozen, make_context, pin_self, plan_cpus, stream_turn, temp_workdir
 from bench.harness import PROMPT, ServiceClient, start_bench_service, start_fast_fake
 from bench.processes import BenchError
 
@@ -104,9 +104,10 @@ async def run(turns: int, warmup: int, prompt: str, idle_s: float) -> list[tuple
             await _client_turn(svc, session_id, prompt)
         await _dump(service.pid, marks_file)  # the warm-up's marks and the sessions' creation
         clients: list[Marks] = []
-        for session_id in sessions[warmup:]:
-            await asyncio.sleep(idle_s)
-            clients.append(await _client_turn(svc, session_id, prompt))
+        with heap_frozen():  # this process's own collections stay out of the turns
+            for session_id in sessions[warmup:]:
+                await asyncio.sleep(idle_s)
+                clients.append(await _client_turn(svc, session_id, prompt))
         await asyncio.sleep(0.05)  # the last turn's trailing marks (a commit after run_finished)
         server = await _dump(service.pid, marks_file)
         fake.check_alive()
