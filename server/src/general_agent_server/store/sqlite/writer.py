@@ -87,10 +87,9 @@ class GroupCommitWriter(GroupCommitLoop[Operation]):
     def _store_error(self, error: BaseException) -> StoreError:
         """A full disk and a lock held past busy_timeout are conditions that clear (StoreUnavailableError);
         anything else is a failure."""
-        code = getattr(error, "sqlite_errorcode", None)
-        if code == sqlite3.SQLITE_FULL:
+        if getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
             return StoreUnavailableError.disk_full()
-        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        if _busy(error):
             return StoreUnavailableError.locked()
         return super()._store_error(error)
 
@@ -139,9 +138,12 @@ def _small(items: list[QueuedWrite[Operation]]) -> bool:
             return False
         rows += 1 + len(batch.history) + len(batch.transcript) + len(batch.events) + len(batch.runs)
         rows += len(batch.tool_calls)
-        for message in batch.history:
-            chars += _text_chars(message.content)
-    return rows <= INLINE_MAX_ROWS and chars <= INLINE_MAX_CHARS
+        if rows > INLINE_MAX_ROWS:
+            return False  # before any text is measured: a large group's content is never walked on the loop
+        chars += sum(_text_chars(message.content) for message in batch.history)
+        if chars > INLINE_MAX_CHARS:
+            return False
+    return True
 
 
 def _text_chars(value: object) -> int:
@@ -155,7 +157,8 @@ def _text_chars(value: object) -> int:
     return 0
 
 
-def _busy(error: sqlite3.OperationalError) -> bool:
+def _busy(error: BaseException) -> bool:
+    """SQLite would have to wait for another connection (SQLITE_BUSY or SQLITE_LOCKED, extended codes included)."""
     code = getattr(error, "sqlite_errorcode", None)
     return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
