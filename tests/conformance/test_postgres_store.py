@@ -12,7 +12,7 @@ from general_agent_server.store.port import SessionStore, StoreError
 from general_agent_server.store.postgres import DsnError, PostgresSessionStore, parse_store_url
 from general_agent_server.store.postgres.schema import MIGRATIONS
 from general_agent_server.store.testing import SessionStoreConformance
-from general_agent_server.store.testing.factories import full_session, new_id, new_tenant
+from general_agent_server.store.testing.factories import full_session, make_session, new_id, new_tenant
 
 
 class TestPostgresStore(SessionStoreConformance):
@@ -39,6 +39,43 @@ class TestPostgresStore(SessionStoreConformance):
             assert await again.get_session(tenant, sid) == full_session(tenant, sid)
         finally:
             await again.close()
+
+    async def test_migration_3_counts_the_sessions_a_database_already_has(self, store: PostgresSessionStore) -> None:
+        """In a database of its own: the test takes the counts away from it to stand for version 2."""
+        admin = await asyncpg.connect(**store.dsn.connect_kwargs())
+        database = f"counts_{new_id().replace('-', '_')}"
+        try:
+            await admin.execute(f"CREATE DATABASE {database}")
+            dsn = parse_store_url(self.url.rsplit("/", 1)[0] + f"/{database}")
+            first = PostgresSessionStore(dsn)
+            await first.open()
+            try:
+                for sid in ("a", "b", "c"):
+                    await first.create_session(make_session("t1", sid))
+                await first.create_session(make_session("t2", "a"))
+            finally:
+                await first.close()
+            conn = await asyncpg.connect(**dsn.connect_kwargs())
+            try:
+                await conn.execute(
+                    "DROP TRIGGER sessions_counted ON sessions; DROP FUNCTION general_agent_count_sessions();"
+                    "DROP TABLE session_counts; DELETE FROM general_agent_schema WHERE version = 3;"
+                )
+            finally:
+                await conn.close()
+
+            again = PostgresSessionStore(dsn)
+            await again.open()
+            try:
+                assert (await again.count_sessions("t1"), await again.count_sessions("t2")) == (3, 1)
+                await again.create_session(make_session("t1", "d"))
+                await again.delete_session("t2", "a")
+                assert (await again.count_sessions("t1"), await again.count_sessions("t2")) == (4, 0)
+            finally:
+                await again.close()
+        finally:
+            await admin.execute(f"DROP DATABASE IF EXISTS {database}")
+            await admin.close()
 
 
 def test_a_password_in_the_url_is_refused_naming_the_field_and_never_repeated() -> None:

@@ -145,6 +145,31 @@ class TestSqliteStore(SessionStoreConformance):
                 await again.close()
             assert pragma(db_path, "user_version") == len(MIGRATIONS)
 
+    async def test_migration_7_counts_the_sessions_a_file_already_has(self, db_path: Path) -> None:
+        tenant, other = new_tenant(), new_tenant()
+        first = await self._open(db_path)
+        try:
+            for sid in ("a", "b", "c"):
+                await first.create_session(make_session(tenant, sid))
+            await first.create_session(make_session(other, "a"))
+        finally:
+            await first.close()
+        with raw(db_path) as conn:  # the file as version 6 left it: no counts, no triggers
+            conn.executescript(
+                "DROP TRIGGER sessions_counted_in; DROP TRIGGER sessions_counted_out; DROP TABLE session_counts;"
+                "PRAGMA user_version=6;"
+            )
+
+        again = await self._open(db_path)
+        try:
+            assert (await again.count_sessions(tenant), await again.count_sessions(other)) == (3, 1)
+            await again.create_session(make_session(tenant, "d"))
+            await again.delete_session(other, "a")
+            assert (await again.count_sessions(tenant), await again.count_sessions(other)) == (4, 0)
+        finally:
+            await again.close()
+        assert pragma(db_path, "user_version") == len(MIGRATIONS)
+
     async def test_newer_schema_version_than_the_code_raises_store_error(self, db_path: Path) -> None:
         first = await self._open(db_path)
         await first.close()

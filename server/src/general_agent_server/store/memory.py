@@ -135,7 +135,7 @@ class InMemorySessionStore:
 
     async def count_sessions(self, tenant: str) -> int:
         """The tenant's sessions (tenants/quota.py)."""
-        return await self._read(sum(1 for t, _ in self._tables().sessions if t == tenant))
+        return await self._read(self._tables().session_counts[tenant])
 
     async def delete_session(self, tenant: str, session_id: str) -> bool:
         deleted = self._tables().delete_session((tenant, session_id))

@@ -6,6 +6,7 @@ checkpoint positions come from counters that never go back, as SQLite's AUTOINCR
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -38,6 +39,8 @@ class SessionRow:
 @dataclass
 class Tables:
     sessions: dict[Key, SessionRow] = field(default_factory=dict)
+    # Sessions per tenant, kept as the SQL stores' triggers keep theirs.
+    session_counts: Counter[str] = field(default_factory=Counter)
     history: dict[Key, dict[int, HistoryMessage]] = field(default_factory=dict)
     transcript: dict[Key, list[TranscriptEntry]] = field(default_factory=dict)
     events: dict[Key, dict[int, SequencedEvent]] = field(default_factory=dict)
@@ -110,9 +113,12 @@ class Tables:
     # ------------------------------------------------------------------ sessions
     def insert_session(self, record: SessionRecord) -> None:
         self.sessions[(record.tenant, record.session_id)] = SessionRow(record)
+        self.session_counts[record.tenant] += 1
 
     def delete_session(self, key: Key) -> bool:
         existed = self.sessions.pop(key, None) is not None
+        if existed:
+            self.session_counts[key[0]] -= 1
         for table in (self.history, self.transcript, self.events, self.runs, self.tool_calls, self.checkpoints):
             table.pop(key, None)
         for hook_key in [k for k in self.hooks if k[:2] == key]:

@@ -170,6 +170,11 @@ class SessionRecordStore(Protocol):
         """At most `limit` sessions matching the query, strictly after the cursor."""
         ...
 
+    async def count_sessions(self, tenant: str) -> int:
+        """The tenant's sessions, children included, read in constant time whatever their number (the
+        per-tenant bound asks on every create)."""
+        ...
+
     async def delete_session(self, tenant: str, session_id: str) -> bool:
         """Removes the session and everything it owns (history, transcript, events, runs, tool calls, hook
         registrations, checkpoints); False when it did not exist. Idempotency records stay."""

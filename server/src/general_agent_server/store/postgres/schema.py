@@ -94,6 +94,28 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX session_commands_pending ON session_commands (tenant, session_id) WHERE status = 'PENDING';
     """,
+    # 3: each tenant's number of sessions, kept by a trigger (SQLite version 7). The trigger comes first: it locks
+    # the sessions table against writes until the migration commits, so the backfill misses none.
+    """
+    CREATE TABLE session_counts (
+        tenant TEXT NOT NULL PRIMARY KEY,
+        sessions BIGINT NOT NULL
+    );
+    CREATE FUNCTION general_agent_count_sessions() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'INSERT' THEN
+            INSERT INTO session_counts (tenant, sessions) VALUES (NEW.tenant, 1)
+            ON CONFLICT (tenant) DO UPDATE SET sessions = session_counts.sessions + 1;
+        ELSE
+            UPDATE session_counts SET sessions = sessions - 1 WHERE tenant = OLD.tenant;
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+    CREATE TRIGGER sessions_counted AFTER INSERT OR DELETE ON sessions
+        FOR EACH ROW EXECUTE FUNCTION general_agent_count_sessions();
+    INSERT INTO session_counts (tenant, sessions) SELECT tenant, COUNT(*) FROM sessions GROUP BY tenant;
+    """,
 )
 
 

@@ -122,8 +122,9 @@ class PostgresSessionStore:
             self._writer.observer = observer
 
     async def count_sessions(self, tenant: str) -> int:
-        """The tenant's sessions (tenants/quota.py)."""
-        return int(await self._p().fetchval("SELECT COUNT(*) FROM sessions WHERE tenant=$1", tenant))
+        """The tenant's sessions (tenants/quota.py), as the trigger of migration 3 keeps them."""
+        count = await self._p().fetchval("SELECT sessions FROM session_counts WHERE tenant=$1", tenant)
+        return int(count or 0)
 
     async def delete_session(self, tenant: str, session_id: str) -> bool:
         marker = writes.DeleteSession()

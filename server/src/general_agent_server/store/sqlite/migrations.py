@@ -158,6 +158,22 @@ MIGRATIONS: tuple[str, ...] = (
     ) WITHOUT ROWID;
     CREATE INDEX session_commands_pending ON session_commands (tenant, session_id) WHERE status = 'PENDING';
     """,
+    # 7: each tenant's number of sessions, kept by triggers, so the per-tenant bound (tenants/quota.py) reads one
+    # row instead of counting up to 100,000 index entries on every create.
+    """
+    CREATE TABLE session_counts (
+        tenant TEXT NOT NULL PRIMARY KEY,
+        sessions INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TRIGGER sessions_counted_in AFTER INSERT ON sessions BEGIN
+        INSERT INTO session_counts (tenant, sessions) VALUES (NEW.tenant, 1)
+        ON CONFLICT (tenant) DO UPDATE SET sessions = sessions + 1;
+    END;
+    CREATE TRIGGER sessions_counted_out AFTER DELETE ON sessions BEGIN
+        UPDATE session_counts SET sessions = sessions - 1 WHERE tenant = OLD.tenant;
+    END;
+    INSERT INTO session_counts (tenant, sessions) SELECT tenant, COUNT(*) FROM sessions GROUP BY tenant;
+    """,
 )
 
 

@@ -147,9 +147,9 @@ class SqliteSessionStore:
         self._writer.observer = observer
 
     async def count_sessions(self, tenant: str) -> int:
-        """The tenant's sessions (tenants/quota.py)."""
-        row = await self._fetch_one("SELECT COUNT(*) FROM sessions WHERE tenant=?", (tenant,))
-        return int(row[0])
+        """The tenant's sessions (tenants/quota.py), as the triggers of migration 7 keep them."""
+        row = await self._fetch_one("SELECT sessions FROM session_counts WHERE tenant=?", (tenant,))
+        return int(row[0]) if row else 0
 
     async def delete_session(self, tenant: str, session_id: str) -> bool:
         marker = DeleteSession()

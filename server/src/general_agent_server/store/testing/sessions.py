@@ -294,6 +294,25 @@ class SessionRecordsConformance(StoreConformance):
         assert await store.delete_session(tenant, sid) is False
         assert await store.delete_session(tenant, new_id()) is False
 
+    async def test_count_sessions_follows_creates_and_deletes_per_tenant(self, store: SessionStore) -> None:
+        tenant, other = new_tenant(), new_tenant()
+        assert await store.count_sessions(tenant) == 0
+        ids = [new_id() for _ in range(3)]
+        for sid in ids:
+            await create(store, make_session(tenant, sid))
+        await create(store, make_session(tenant, new_id(), parent_session_id=ids[0]))  # children count too
+        await create(store, make_session(other, ids[0]))
+        with pytest.raises(SessionExistsError):
+            await store.create_session(make_session(tenant, ids[1]))
+        assert (await store.count_sessions(tenant), await store.count_sessions(other)) == (4, 1)
+
+        assert await store.delete_session(tenant, ids[2]) is True
+        assert await store.delete_session(tenant, ids[2]) is False
+        assert await store.delete_session(tenant, new_id()) is False
+        assert (await store.count_sessions(tenant), await store.count_sessions(other)) == (3, 1)
+        await create(store, make_session(tenant, ids[2]))  # the same id again
+        assert await store.count_sessions(tenant) == 4
+
     async def test_recreated_session_starts_empty(self, store: SessionStore) -> None:
         tenant, sid = new_tenant(), new_id()
         await create(store, make_session(tenant, sid))
