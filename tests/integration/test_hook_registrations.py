@@ -57,6 +57,8 @@ async def test_session_registrations_reach_their_session_only_and_follow_fork_an
     assert [(r.plugin_id, r.session_id) for r in mine.hook_registrations] == [("per-session", sid)]
     fetched = (await agent.stub.GetSession(session_api.GetSessionRequest(session_id=sid))).session
     assert [r.target.address for r in fetched.hook_registrations] == [host.address]
+    # CreateSession answers with what it stored, without reading it back: the read gives the same.
+    assert list(mine.hook_registrations) == list(fetched.hook_registrations)
     assert list(other.hook_registrations) == []
     fake_model.enqueue(TextReply("one"), TextReply("two"))
     await stream_turn(agent.stub, other_id, "hello")
@@ -253,6 +255,11 @@ async def test_tls_target_is_dialled_with_its_ca_and_the_client_key_is_never_lis
     )
     registered = (await agent.stub.RegisterHooks(request)).registration
     assert registered.target.tls.client_key_pem == ""
+    # A session's own TLS registration: CreateSession answers from what it stored, which has no client key.
+    per_session = registration("secure-session", host.address, ("message_sending",), tls=tls)
+    created = await create_session(agent.stub, hook_registrations=[per_session])
+    [created_tls] = [r.target.tls for r in created.hook_registrations]
+    assert (created_tls.client_key_pem, created_tls.ca_cert_pem) == ("", tls.ca_cert_pem)
 
     emitted = await agent.stub.EmitHook(
         hook_registration_pb2.EmitHookRequest(hook_name="message_sending", event=_struct(content="hi"))

@@ -39,12 +39,12 @@ class InProcess:
         hosted: Sequence[HostedToolDefinition] = (),
         **config: Any,
     ) -> str:
-        view = await self.agent.sessions.create_session(
+        created = await self.agent.sessions.create_session(
             CTX,
             identity=SessionIdentity(mode=mode, session_id="", session_key=""),
             config=SessionConfig(hosted_tools=tuple(hosted), **config),
         )
-        return view.record.session_id
+        return created.view.record.session_id
 
     async def turn(self, session_id: str, text: str, *, policy: BusyPolicy = BusyPolicy.REJECT) -> list[SequencedEvent]:
         stream = self.agent.runs.stream_turn(

@@ -48,7 +48,7 @@ async def test_sessions_past_a_tenants_bound_are_refused(tmp_path: Path) -> None
     async with in_process(tmp_path, max_sessions_per_tenant="2") as env:
         sessions = env.agent.sessions
         identity = SessionIdentity(mode=SessionMode.GENERAL, session_id="", session_key="")
-        first = await sessions.create_session(BOB, identity=identity, config=SessionConfig())
+        first = (await sessions.create_session(BOB, identity=identity, config=SessionConfig())).view
         await sessions.create_session(BOB, identity=identity, config=SessionConfig())
         with pytest.raises(ServiceError) as refused:
             await sessions.create_session(BOB, identity=identity, config=SessionConfig())

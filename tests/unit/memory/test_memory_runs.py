@@ -45,12 +45,12 @@ class Harness:
     model: ScriptedModelClient
 
     async def session(self, tenant: str = "default", **memory: object) -> str:
-        view = await self.agent.sessions.create_session(
+        created = await self.agent.sessions.create_session(
             CallContext(tenant=tenant),
             identity=SessionIdentity(mode=SessionMode.GENERAL),
             config=SessionConfig(memory=MemoryConfig(**memory)),  # type: ignore[arg-type]
         )
-        return view.record.session_id
+        return created.view.record.session_id
 
     async def turn(self, session_id: str, prompt: str, tenant: str = "default") -> list[SequencedEvent]:
         stream = self.agent.runs.stream_turn(

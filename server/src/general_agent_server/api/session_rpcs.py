@@ -3,12 +3,15 @@ continue, fork and reset a session, its history and its usage."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from general_agent.v1 import session_messages_pb2 as session_api
 from general_agent.v1 import session_pb2
 from general_agent_server.api import convert
 from general_agent_server.api.rpc import AgentRpcs, Context, call_context
 from general_agent_server.domain.context import SessionView
 from general_agent_server.domain.errors import invalid_argument
+from general_agent_server.hooks.registrations import HookRegistrationSpec
 
 
 class SessionRpcs(AgentRpcs):
@@ -17,7 +20,7 @@ class SessionRpcs(AgentRpcs):
     ) -> session_api.CreateSessionResponse:
         if not request.HasField("session"):
             raise invalid_argument("session", "is required")
-        view = await self._agent.sessions.create_session(
+        created = await self._agent.sessions.create_session(
             call_context(context),
             identity=convert.identity_from_proto(request.session.identity, "session.identity"),
             config=convert.config_from_proto(request.session),
@@ -25,7 +28,9 @@ class SessionRpcs(AgentRpcs):
             idem=convert.idempotency(request),
             hook_registrations=convert.session_registrations(request.session),
         )
-        return session_api.CreateSessionResponse(session=await self._with_registrations(view))
+        return session_api.CreateSessionResponse(
+            session=await self._with_registrations(created.view, created.registrations)
+        )
 
     async def GetSession(
         self, request: session_api.GetSessionRequest, context: Context
@@ -33,10 +38,15 @@ class SessionRpcs(AgentRpcs):
         view = await self._agent.sessions.get_session(call_context(context), request.session_id)
         return session_api.GetSessionResponse(session=await self._with_registrations(view))
 
-    async def _with_registrations(self, view: SessionView) -> session_pb2.Session:
-        """The session with its own hook registrations (as stored: never a TLS client key)."""
+    async def _with_registrations(
+        self, view: SessionView, known: Sequence[HookRegistrationSpec] | None = None
+    ) -> session_pb2.Session:
+        """The session with its own hook registrations (as stored: never a TLS client key); `known` when the caller
+        has just stored them, else they are read."""
         session = convert.session_to_proto(view)
-        specs = await self._agent.session_registrations(view.record.tenant, view.record.session_id)
+        specs = known
+        if specs is None:
+            specs = await self._agent.session_registrations(view.record.tenant, view.record.session_id)
         session.hook_registrations.extend(convert.registration_to_proto(s) for s in specs)
         return session
 

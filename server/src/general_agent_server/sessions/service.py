@@ -74,6 +74,15 @@ class SessionServiceDeps:
     event_log: EventLog | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class CreatedSession:
+    """A session as CreateSession answers it. `registrations` are the hook registrations stored with it, as stored;
+    None for an idempotent replay, whose registrations may have changed since (the store has them)."""
+
+    view: SessionView
+    registrations: Sequence[HookRegistrationSpec] | None
+
+
 class SessionService:
     def __init__(self, deps: SessionServiceDeps) -> None:
         self._deps = deps
@@ -135,11 +144,11 @@ class SessionService:
         api_key: str = "",
         idem: Idempotency | None = None,
         hook_registrations: Sequence[HookRegistrationSpec] = (),
-    ) -> SessionView:
+    ) -> CreatedSession:
         self._deps.gate.check()
         replay = await self._keys.replay(ctx.tenant, "CreateSession", idem)
         if replay is not None:
-            return await self.get_session(ctx, str(replay["session_id"]))
+            return CreatedSession(await self.get_session(ctx, str(replay["session_id"])), None)
         if identity.session_id:
             check_session_id(identity.session_id, "session.identity.session_id")
         check_session_key(identity.session_key, "session.identity.session_key", self.settings.input_limits)
@@ -172,7 +181,7 @@ class SessionService:
         await self._cache.adopt(self._cache.new_session(record, []))
         self._deps.keys.set(ctx.tenant, session_id, api_key)
         logger.info("session created", extra={"category": "system", "tenant": ctx.tenant, "session_id": session_id})
-        return self.view(record)
+        return CreatedSession(self.view(record), [stored for _, stored in registrations])
 
     # ------------------------------------------------------------------ read
     async def get_session(self, ctx: CallContext, session_id: str) -> SessionView:
