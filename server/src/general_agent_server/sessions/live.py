@@ -61,6 +61,7 @@ from general_agent_server.tenants.slots import RunSlot
 from general_agent_server.tools.runtime import ToolContext, ToolSet, ToolSpec
 
 logger = logging.getLogger(__name__)
+_SESSION_END = frozenset({"session_end"})
 
 T = TypeVar("T")
 
@@ -411,5 +412,9 @@ class LiveSession:
         """session_end: when the session object ends after session_start fired in this process, so the two pair
         up, and always when the session is deleted (docs/hooks.md)."""
         if not self.hooks.session_started and not deleted:
+            return
+        if not self.hooks.wants(_SESSION_END):
+            # Nothing listens: no transcript count read for every evicted session (or every loaded one at shutdown).
+            self.hooks.session_started = False
             return
         await self.hooks.session_end(await self.store.count_transcript(self.tenant, self.session_id), wait=wait)
