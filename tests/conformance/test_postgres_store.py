@@ -40,26 +40,31 @@ class TestPostgresStore(SessionStoreConformance):
         finally:
             await again.close()
 
-    async def test_migration_3_counts_the_sessions_a_database_already_has(self, store: PostgresSessionStore) -> None:
-        """In a database of its own: the test takes the counts away from it to stand for version 2."""
+    async def test_a_version_2_database_gets_its_session_counts_and_config_table(
+        self, store: PostgresSessionStore
+    ) -> None:
+        """Migrations 3 (session_counts) and 4 (session_configs), in a database of its own: the test takes them
+        back to stand for version 2."""
         admin = await asyncpg.connect(**store.dsn.connect_kwargs())
-        database = f"counts_{new_id().replace('-', '_')}"
+        database = f"v2_{new_id().replace('-', '_')}"
+        records = [full_session("t1", sid) for sid in ("a", "b", "c")] + [full_session("t2", "a")]
         try:
             await admin.execute(f"CREATE DATABASE {database}")
             dsn = parse_store_url(self.url.rsplit("/", 1)[0] + f"/{database}")
             first = PostgresSessionStore(dsn)
             await first.open()
             try:
-                for sid in ("a", "b", "c"):
-                    await first.create_session(make_session("t1", sid))
-                await first.create_session(make_session("t2", "a"))
+                for record in records:
+                    await first.create_session(record)
             finally:
                 await first.close()
             conn = await asyncpg.connect(**dsn.connect_kwargs())
             try:
                 await conn.execute(
+                    "UPDATE sessions s SET config_json = c.config_json FROM session_configs c"
+                    " WHERE c.tenant = s.tenant AND c.session_id = s.session_id; DROP TABLE session_configs;"
                     "DROP TRIGGER sessions_counted ON sessions; DROP FUNCTION general_agent_count_sessions();"
-                    "DROP TABLE session_counts; DELETE FROM general_agent_schema WHERE version = 3;"
+                    "DROP TABLE session_counts; DELETE FROM general_agent_schema WHERE version > 2;"
                 )
             finally:
                 await conn.close()
@@ -67,6 +72,7 @@ class TestPostgresStore(SessionStoreConformance):
             again = PostgresSessionStore(dsn)
             await again.open()
             try:
+                assert [await again.get_session(r.tenant, r.session_id) for r in records] == records
                 assert (await again.count_sessions("t1"), await again.count_sessions("t2")) == (3, 1)
                 await again.create_session(make_session("t1", "d"))
                 await again.delete_session("t2", "a")

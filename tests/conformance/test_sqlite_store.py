@@ -145,23 +145,27 @@ class TestSqliteStore(SessionStoreConformance):
                 await again.close()
             assert pragma(db_path, "user_version") == len(MIGRATIONS)
 
-    async def test_migration_7_counts_the_sessions_a_file_already_has(self, db_path: Path) -> None:
+    async def test_a_version_6_file_gets_its_session_counts_and_config_table(self, db_path: Path) -> None:
+        """Migrations 7 (session_counts) and 8 (session_configs) on a file whose sessions are already there."""
         tenant, other = new_tenant(), new_tenant()
+        records = [full_session(tenant, sid) for sid in ("a", "b", "c")] + [full_session(other, "a")]
         first = await self._open(db_path)
         try:
-            for sid in ("a", "b", "c"):
-                await first.create_session(make_session(tenant, sid))
-            await first.create_session(make_session(other, "a"))
+            for record in records:
+                await first.create_session(record)
         finally:
             await first.close()
-        with raw(db_path) as conn:  # the file as version 6 left it: no counts, no triggers
+        with raw(db_path) as conn:  # the file as version 6 left it: configs in sessions, no counts, no triggers
             conn.executescript(
-                "DROP TRIGGER sessions_counted_in; DROP TRIGGER sessions_counted_out; DROP TABLE session_counts;"
-                "PRAGMA user_version=6;"
+                "UPDATE sessions SET config_json = (SELECT c.config_json FROM session_configs c"
+                " WHERE c.tenant = sessions.tenant AND c.session_id = sessions.session_id);"
+                "DROP TABLE session_configs; DROP TRIGGER sessions_counted_in; DROP TRIGGER sessions_counted_out;"
+                "DROP TABLE session_counts; PRAGMA user_version=6;"
             )
 
         again = await self._open(db_path)
         try:
+            assert [await again.get_session(r.tenant, r.session_id) for r in records] == records
             assert (await again.count_sessions(tenant), await again.count_sessions(other)) == (3, 1)
             await again.create_session(make_session(tenant, "d"))
             await again.delete_session(other, "a")
@@ -169,6 +173,8 @@ class TestSqliteStore(SessionStoreConformance):
         finally:
             await again.close()
         assert pragma(db_path, "user_version") == len(MIGRATIONS)
+        with raw(db_path) as conn:
+            assert conn.execute("SELECT DISTINCT config_json FROM sessions").fetchall() == [("",)]
 
     async def test_newer_schema_version_than_the_code_raises_store_error(self, db_path: Path) -> None:
         first = await self._open(db_path)

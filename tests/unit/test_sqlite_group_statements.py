@@ -13,9 +13,8 @@ import pytest
 from general_agent_server.domain.session import SessionRecord
 from general_agent_server.store.group_commit import QueuedWrite
 from general_agent_server.store.port import VersionConflictError, WriteBatch
-from general_agent_server.store.rows import session_columns
 from general_agent_server.store.sqlite.migrations import migrate
-from general_agent_server.store.sqlite.operations import Operation
+from general_agent_server.store.sqlite.operations import InsertSession, Operation
 from general_agent_server.store.sqlite.writer import _transaction
 from general_agent_server.store.testing.factories import bump, make_event, make_session
 
@@ -33,13 +32,7 @@ def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
 
 def stored(conn: sqlite3.Connection) -> SessionRecord:
     record = make_session(TENANT, SID)
-    columns = session_columns(record)
-    conn.execute(
-        "INSERT INTO sessions (tenant, session_id, session_key, mode, parent_session_id, state, config_json,"
-        " labels_json, runtime_json, last_sequence, sequence_reserved, history_message_count, update_time_us,"
-        " version, create_time_us) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        (*columns, 0),
-    )
+    InsertSession(record).run(conn, WriteBatch(tenant=TENANT, session_id=SID))
     return record
 
 

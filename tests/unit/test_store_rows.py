@@ -25,11 +25,11 @@ def _record(config: SessionConfig) -> SessionRecord:
 
 def test_a_config_is_encoded_once_and_its_entry_goes_with_it() -> None:
     config = SessionConfig(system_prompt="Be brief.", labels={"team": "a"})
-    first = rows.session_columns(_record(config))
+    first = rows.config_document(_record(config))
     key = id(config)
-    assert rows._CONFIG_DOCUMENTS[key][1] == codec.SESSION_CONFIG.dumps(config) == first[6]
-    assert rows.session_columns(_record(config))[6] is first[6]  # the kept string, not a new encoding
-    assert first[7] == '{"team": "a"}'
+    assert rows._CONFIG_DOCUMENTS[key][1] == codec.SESSION_CONFIG.dumps(config) == first
+    assert rows.config_document(_record(config)) is first  # the kept string, not a new encoding
+    assert rows.session_columns(_record(config))[6] == '{"team": "a"}'  # labels_json
     del config
     gc.collect()
     assert key not in rows._CONFIG_DOCUMENTS
@@ -37,6 +37,5 @@ def test_a_config_is_encoded_once_and_its_entry_goes_with_it() -> None:
 
 def test_a_large_config_is_not_kept() -> None:
     config = SessionConfig(system_prompt="p" * (rows._CONFIG_DOCUMENTS_MAX_CHARS + 1))
-    columns = rows.session_columns(_record(config))
-    assert columns[6] == codec.SESSION_CONFIG.dumps(config)
+    assert rows.config_document(_record(config)) == codec.SESSION_CONFIG.dumps(config)
     assert id(config) not in rows._CONFIG_DOCUMENTS

@@ -47,10 +47,12 @@ def from_us(value: int) -> datetime:
     return datetime.fromtimestamp(value / 1_000_000, tz=UTC)
 
 
+# A session's config lives in a table of its own (session_configs): a step rewrites the session's row, and a
+# config in that row (a long system prompt, hosted tool schemas) would be rewritten with it, every page of it.
 SESSION_SELECT = (
-    "SELECT tenant, session_id, session_key, mode, parent_session_id, state, config_json, runtime_json,"
-    " last_sequence, sequence_reserved, history_message_count, create_time_us, update_time_us, version"
-    " FROM sessions"
+    "SELECT tenant, session_id, session_key, mode, parent_session_id, state, session_configs.config_json,"
+    " runtime_json, last_sequence, sequence_reserved, history_message_count, create_time_us, update_time_us, version"
+    " FROM sessions JOIN session_configs USING (tenant, session_id)"
 )
 
 
@@ -76,8 +78,14 @@ def _config_documents(config: SessionConfig) -> tuple[str, str]:
     return documents
 
 
+def config_document(record: SessionRecord) -> str:
+    """The session_configs row's `config_json`."""
+    return _config_documents(record.config)[0]
+
+
 def session_columns(record: SessionRecord) -> tuple[Any, ...]:
-    """The sessions columns from tenant to version, in table order (create_time_us excluded)."""
+    """The sessions columns from tenant to version, in table order (config_json, which stays empty since the config
+    moved to session_configs, and create_time_us excluded)."""
     runtime = {
         "active_run_id": record.active_run_id,
         "pending_call_ids": list(record.pending_call_ids),
@@ -89,7 +97,7 @@ def session_columns(record: SessionRecord) -> tuple[Any, ...]:
         "last_compaction_us": to_us(record.last_compaction_time) if record.last_compaction_time else None,
         "approved_tools": list(record.approved_tools),
     }
-    config_json, labels_json = _config_documents(record.config)
+    labels_json = _config_documents(record.config)[1]
     return (
         record.tenant,
         record.session_id,
@@ -97,7 +105,6 @@ def session_columns(record: SessionRecord) -> tuple[Any, ...]:
         record.identity.mode.value,
         record.parent_session_id,
         record.state.value,
-        config_json,
         labels_json,
         json.dumps(runtime),
         record.last_sequence,

@@ -116,6 +116,18 @@ MIGRATIONS: tuple[str, ...] = (
         FOR EACH ROW EXECUTE FUNCTION general_agent_count_sessions();
     INSERT INTO session_counts (tenant, sessions) SELECT tenant, COUNT(*) FROM sessions GROUP BY tenant;
     """,
+    # 4: each session's config in a table of its own (SQLite version 8). sessions.config_json stays, empty.
+    """
+    LOCK TABLE sessions IN SHARE ROW EXCLUSIVE MODE;
+    CREATE TABLE session_configs (
+        tenant TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        config_json TEXT NOT NULL,
+        PRIMARY KEY (tenant, session_id)
+    );
+    INSERT INTO session_configs (tenant, session_id, config_json) SELECT tenant, session_id, config_json FROM sessions;
+    UPDATE sessions SET config_json = '';
+    """,
 )
 
 

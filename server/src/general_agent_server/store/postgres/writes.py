@@ -15,7 +15,7 @@ from asyncpg.pool import PoolConnectionProxy
 from general_agent_server.domain import codec
 from general_agent_server.domain.session import SessionRecord
 from general_agent_server.store.port import SessionExistsError, VersionConflictError, WriteBatch
-from general_agent_server.store.rows import session_columns, to_us
+from general_agent_server.store.rows import config_document, session_columns, to_us
 from general_agent_server.store.sqlite.operations import SESSION_TABLES
 from general_agent_server.workspace.checkpoints.recorder import Checkpoint, beyond_bounds
 
@@ -87,14 +87,19 @@ async def _take_lease(conn: Conn, batch: WriteBatch) -> None:
 
 async def _update_session(conn: Conn, record: SessionRecord) -> None:
     """The compare-and-set: stores `record` only over version `record.version - 1`."""
+    # One round trip: the config's row changes only when the config did (a version conflict rolls it back with
+    # the rest of the batch).
     status = await conn.execute(
-        "UPDATE sessions SET session_key=$1, mode=$2, parent_session_id=$3, state=$4, config_json=$5,"
-        " labels_json=$6, runtime_json=$7, last_sequence=$8, sequence_reserved=$9, history_message_count=$10,"
-        " update_time_us=$11, version=$12 WHERE tenant=$13 AND session_id=$14 AND version=$15",
+        "WITH config AS (UPDATE session_configs SET config_json=$15 WHERE tenant=$12 AND session_id=$13"
+        " AND config_json IS DISTINCT FROM $15)"
+        " UPDATE sessions SET session_key=$1, mode=$2, parent_session_id=$3, state=$4, labels_json=$5,"
+        " runtime_json=$6, last_sequence=$7, sequence_reserved=$8, history_message_count=$9, update_time_us=$10,"
+        " version=$11 WHERE tenant=$12 AND session_id=$13 AND version=$14",
         *session_columns(record)[2:],
         record.tenant,
         record.session_id,
         record.version - 1,
+        config_document(record),
     )
     if status != "UPDATE 1":
         raise VersionConflictError(f"session {record.session_id!r}: expected stored version {record.version - 1}")
@@ -162,13 +167,17 @@ class InsertSession:
 
     async def run(self, conn: Conn, batch: WriteBatch) -> None:
         r = self.record
+        # The config's row is inserted only with the session's: the statement inserts one row or none.
         status = await conn.execute(
-            "INSERT INTO sessions (tenant, session_id, session_key, mode, parent_session_id, state, config_json,"
+            "WITH inserted AS (INSERT INTO sessions (tenant, session_id, session_key, mode, parent_session_id, state,"
             " labels_json, runtime_json, last_sequence, sequence_reserved, history_message_count, update_time_us,"
-            " version, create_time_us) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)"
-            " ON CONFLICT (tenant, session_id) DO NOTHING",
+            " version, create_time_us, config_json) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,'')"
+            " ON CONFLICT (tenant, session_id) DO NOTHING RETURNING tenant, session_id)"
+            " INSERT INTO session_configs (tenant, session_id, config_json) SELECT tenant, session_id, $15::text"
+            " FROM inserted ON CONFLICT (tenant, session_id) DO UPDATE SET config_json = EXCLUDED.config_json",
             *session_columns(r),
             to_us(r.create_time),
+            config_document(r),
         )
         if status != "INSERT 0 1":
             raise SessionExistsError(f"session {r.session_id!r} already exists")

@@ -13,7 +13,7 @@ from general_agent_server.domain import codec
 from general_agent_server.domain.records import IdempotencyRecord
 from general_agent_server.domain.session import SessionRecord
 from general_agent_server.store.port import VersionConflictError, WriteBatch
-from general_agent_server.store.rows import session_columns, to_us
+from general_agent_server.store.rows import config_document, session_columns, to_us
 from general_agent_server.store.sqlite.operations import HookRegistration, Operation
 
 
@@ -40,9 +40,12 @@ def apply_write(conn: sqlite3.Connection, batch: WriteBatch, operation: Operatio
 
 
 _SESSION_UPDATE = (
-    "UPDATE sessions SET session_key=?, mode=?, parent_session_id=?, state=?, config_json=?, labels_json=?,"
-    " runtime_json=?, last_sequence=?, sequence_reserved=?, history_message_count=?, update_time_us=?, version=?"
+    "UPDATE sessions SET session_key=?, mode=?, parent_session_id=?, state=?, labels_json=?, runtime_json=?,"
+    " last_sequence=?, sequence_reserved=?, history_message_count=?, update_time_us=?, version=?"
 )
+# Written at every step: SQLite compares the new row with the stored one and writes no page when they are the
+# same, which they are unless the config changed.
+_CONFIG_UPDATE = "UPDATE session_configs SET config_json=? WHERE tenant=? AND session_id=?"
 _SESSION_WHERE = " WHERE tenant=? AND session_id=? AND version=?"
 
 
@@ -56,6 +59,7 @@ def _update_session(conn: sqlite3.Connection, record: SessionRecord, batch: Writ
     )
     if cur.rowcount != 1:
         raise VersionConflictError(_conflict(conn, batch, record.version - 1))
+    conn.execute(_CONFIG_UPDATE, (config_document(record), record.tenant, record.session_id))
 
 
 def _lease_clauses(batch: WriteBatch) -> tuple[str, str, tuple[object, ...], tuple[object, ...]]:

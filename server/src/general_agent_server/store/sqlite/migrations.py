@@ -174,6 +174,18 @@ MIGRATIONS: tuple[str, ...] = (
     END;
     INSERT INTO session_counts (tenant, sessions) SELECT tenant, COUNT(*) FROM sessions GROUP BY tenant;
     """,
+    # 8: each session's config in a table of its own, so a step's update of the session's row does not rewrite it
+    # (store/rows.py). sessions.config_json stays, empty.
+    """
+    CREATE TABLE session_configs (
+        tenant TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        config_json TEXT NOT NULL,
+        PRIMARY KEY (tenant, session_id)
+    ) WITHOUT ROWID;
+    INSERT INTO session_configs (tenant, session_id, config_json) SELECT tenant, session_id, config_json FROM sessions;
+    UPDATE sessions SET config_json = '';
+    """,
 )
 
 

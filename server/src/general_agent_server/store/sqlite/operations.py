@@ -11,7 +11,7 @@ from typing import Protocol
 
 from general_agent_server.domain.session import SessionRecord
 from general_agent_server.store.port import SessionExistsError, WriteBatch
-from general_agent_server.store.rows import session_columns, to_us
+from general_agent_server.store.rows import config_document, session_columns, to_us
 
 
 class Operation(Protocol):
@@ -22,6 +22,7 @@ class Operation(Protocol):
 
 # The tables whose rows a session owns (deleted with it).
 SESSION_TABLES = (
+    "session_configs",
     "history",
     "transcript",
     "events",
@@ -42,13 +43,17 @@ class InsertSession:
         r = self.record
         try:
             conn.execute(
-                "INSERT INTO sessions (tenant, session_id, session_key, mode, parent_session_id, state, config_json,"
-                " labels_json, runtime_json, last_sequence, sequence_reserved, history_message_count,"
-                " update_time_us, version, create_time_us) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO sessions (tenant, session_id, session_key, mode, parent_session_id, state, labels_json,"
+                " runtime_json, last_sequence, sequence_reserved, history_message_count, update_time_us, version,"
+                " create_time_us, config_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,'')",
                 (*session_columns(r), to_us(r.create_time)),
             )
         except sqlite3.IntegrityError as exc:
             raise SessionExistsError(f"session {r.session_id!r} already exists") from exc
+        conn.execute(
+            "INSERT OR REPLACE INTO session_configs (tenant, session_id, config_json) VALUES (?,?,?)",
+            (r.tenant, r.session_id, config_document(r)),
+        )
 
 
 @dataclass

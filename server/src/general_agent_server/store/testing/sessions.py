@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -24,7 +25,13 @@ from general_agent_server.domain.session import (
     Usage,
 )
 from general_agent_server.domain.transcript import SystemPromptEntry
-from general_agent_server.store.port import SessionExistsError, SessionQuery, SessionStore, WriteBatch
+from general_agent_server.store.port import (
+    SessionExistsError,
+    SessionQuery,
+    SessionStore,
+    VersionConflictError,
+    WriteBatch,
+)
 from general_agent_server.store.testing.base import StoreConformance, async_tests
 from general_agent_server.store.testing.factories import (
     T0,
@@ -293,6 +300,26 @@ class SessionRecordsConformance(StoreConformance):
         assert await store.delete_session(tenant, sid) is True
         assert await store.delete_session(tenant, sid) is False
         assert await store.delete_session(tenant, new_id()) is False
+
+    async def test_a_config_change_is_stored_with_its_step_and_a_refused_step_changes_nothing(
+        self, store: SessionStore
+    ) -> None:
+        tenant, sid = new_tenant(), new_id()
+        record = await create(store, make_session(tenant, sid))
+        # Large enough to span several pages of a SQL store.
+        changed = bump(record, config=replace(record.config, system_prompt="be thorough. " * 2000))
+        await store.write(WriteBatch(tenant=tenant, session_id=sid, session=changed))
+        assert await store.get_session(tenant, sid) == changed
+        same = bump(changed, state=SessionState.RUNNING)
+        await store.write(WriteBatch(tenant=tenant, session_id=sid, session=same))
+        assert await store.get_session(tenant, sid) == same
+
+        stale = bump(record, config=replace(record.config, system_prompt="never stored"))
+        with pytest.raises(VersionConflictError):
+            await store.write(WriteBatch(tenant=tenant, session_id=sid, session=stale))
+        assert await store.get_session(tenant, sid) == same
+        listed = await store.list_sessions(tenant, SessionQuery(), after=None, limit=10)
+        assert listed == [same]
 
     async def test_count_sessions_follows_creates_and_deletes_per_tenant(self, store: SessionStore) -> None:
         tenant, other = new_tenant(), new_tenant()
