@@ -3,16 +3,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import asyncpg
 import pytest
 
-from general_agent_server.store.port import SessionStore, StoreError
+from general_agent_server.store.port import SessionStore, StoreError, WriteBatch
 from general_agent_server.store.postgres import DsnError, PostgresSessionStore, parse_store_url
 from general_agent_server.store.postgres.schema import MIGRATIONS
 from general_agent_server.store.testing import SessionStoreConformance
-from general_agent_server.store.testing.factories import full_session, make_session, new_id, new_tenant
+from general_agent_server.store.testing.factories import bump, full_session, make_session, new_id, new_tenant
 
 
 class TestPostgresStore(SessionStoreConformance):
@@ -39,6 +40,18 @@ class TestPostgresStore(SessionStoreConformance):
             assert await again.get_session(tenant, sid) == full_session(tenant, sid)
         finally:
             await again.close()
+
+    async def test_a_step_whose_config_is_as_stored_does_not_write_it(self, store: PostgresSessionStore) -> None:
+        """Shown by a config the step would otherwise store: the flag's whole effect is the skipped write."""
+        tenant, sid = new_tenant(), new_id()
+        record = make_session(tenant, sid)
+        await store.create_session(record)
+        step = bump(record, config=replace(record.config, system_prompt="not written"))
+        await store.write(WriteBatch(tenant=tenant, session_id=sid, session=step, config_unchanged=True))
+        assert await store.get_session(tenant, sid) == replace(step, config=record.config)
+        changed = bump(step, config=step.config)
+        await store.write(WriteBatch(tenant=tenant, session_id=sid, session=changed))
+        assert await store.get_session(tenant, sid) == changed
 
     async def test_a_version_2_database_gets_its_session_counts_and_config_table(
         self, store: PostgresSessionStore

@@ -9,30 +9,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from general_agent_server.domain.events import AssistantDelta
-from general_agent_server.exports.transcript_export import TranscriptExporter
-from general_agent_server.sessions.ledger import LedgerSettings, SessionLedger
-from general_agent_server.store.memory import InMemorySessionStore
+from general_agent_server.sessions.ledger import SessionLedger
 from general_agent_server.store.testing.factories import make_event, make_session
+from tests.support.ledgers import make_ledger
 
 
 def ledger(tmp_path: Path, last_sequence: int) -> SessionLedger:
-    record = replace(make_session("t", "s"), last_sequence=last_sequence)
-    settings = LedgerSettings(
-        sequence_block=4096,
-        subscriber_buffer=100,
-        replica_id="replica-a",
-        lease_ttl_seconds=30,
-        event_retention_count=0,
-        event_retention_seconds=0,
-    )
-    return SessionLedger(
-        record=record,
-        history=[],
-        store=InMemorySessionStore(),
-        exporter=TranscriptExporter(tmp_path),
-        event_log=None,
-        settings=settings,
-    )
+    return make_ledger(tmp_path, replace(make_session("t", "s"), last_sequence=last_sequence))
 
 
 def drain(subscriber: object) -> list[int]:

@@ -1,11 +1,13 @@
 """A session step writes its row once: the lease the step takes (a run starting) or releases (a run ending) is
-written by the step's own compare-and-set UPDATE, not by UPDATEs of its own (bench/README.md has the figures).
-The conformance suite checks what is stored and refused; this checks how many statements store it."""
+written by the step's own compare-and-set UPDATE, not by UPDATEs of its own (bench/README.md has the figures),
+and its config's row only when the step may have changed it. The conformance suite checks what is stored and
+refused; this checks how many statements store it."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -36,15 +38,15 @@ def stored(conn: sqlite3.Connection) -> SessionRecord:
     return record
 
 
-def session_updates(conn: sqlite3.Connection, batch: WriteBatch) -> int:
-    """The UPDATEs of the sessions table one group of `batch` executes."""
+def updates(conn: sqlite3.Connection, batch: WriteBatch, table: str = "sessions") -> int:
+    """The UPDATEs of `table` one group of `batch` executes."""
     statements: list[str] = []
     conn.set_trace_callback(statements.append)
     try:
         _transaction(conn, [QueuedWrite[Operation](batch, None)])
     finally:
         conn.set_trace_callback(None)
-    return sum(1 for s in statements if s.startswith("UPDATE sessions"))
+    return sum(1 for s in statements if s.startswith(f"UPDATE {table} "))
 
 
 def lease(conn: sqlite3.Connection) -> tuple[str, bool]:
@@ -58,18 +60,31 @@ def test_a_step_takes_and_releases_the_lease_in_its_own_update(conn: sqlite3.Con
     taking = WriteBatch(
         tenant=TENANT, session_id=SID, session=start, events=[make_event(SID, 1)], take_lease="a", lease_ttl_seconds=30
     )
-    assert session_updates(conn, taking) == 1
+    assert updates(conn, taking) == 1
     assert lease(conn) == ("a", True)
     # Another owner's take over a live lease writes nothing, and says why.
     other = WriteBatch(tenant=TENANT, session_id=SID, session=bump(start), take_lease="b", lease_ttl_seconds=30)
     with pytest.raises(VersionConflictError, match="another owner holds its lease"):
-        session_updates(conn, other)
+        updates(conn, other)
     assert conn.execute("SELECT version FROM sessions").fetchone() == (start.version,)
     # A release by another owner leaves the lease alone; the owner's frees it.
     foreign = WriteBatch(tenant=TENANT, session_id=SID, session=bump(start), release_lease="b")
-    assert session_updates(conn, foreign) == 1
+    assert updates(conn, foreign) == 1
     assert lease(conn) == ("a", True)
     ending = WriteBatch(tenant=TENANT, session_id=SID, session=bump(bump(start)))
     ending.release_lease = "a"
-    assert session_updates(conn, ending) == 1
+    assert updates(conn, ending) == 1
     assert lease(conn) == ("", False)
+
+
+def test_a_step_whose_config_is_as_stored_leaves_the_config_row_alone(conn: sqlite3.Connection) -> None:
+    record = stored(conn)
+    step = bump(record)
+    assert updates(conn, WriteBatch(tenant=TENANT, session_id=SID, session=step), "session_configs") == 1
+    # Told the config is as stored, the step does not write it: shown here by a config it would otherwise store.
+    prompt = replace(step.config, system_prompt="not written")
+    unchanged = bump(step, config=prompt)
+    batch = WriteBatch(tenant=TENANT, session_id=SID, session=unchanged, config_unchanged=True)
+    assert updates(conn, batch, "session_configs") == 0
+    assert conn.execute("SELECT version FROM sessions").fetchone() == (unchanged.version,)
+    assert "not written" not in conn.execute("SELECT config_json FROM session_configs").fetchone()[0]

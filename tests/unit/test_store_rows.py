@@ -35,7 +35,8 @@ def test_a_config_is_encoded_once_and_its_entry_goes_with_it() -> None:
     assert key not in rows._CONFIG_DOCUMENTS
 
 
-def test_a_large_config_is_not_kept() -> None:
-    config = SessionConfig(system_prompt="p" * (rows._CONFIG_DOCUMENTS_MAX_CHARS + 1))
+def test_a_large_configs_json_is_not_kept_but_its_labels_are() -> None:
+    config = SessionConfig(system_prompt="p" * (rows._CONFIG_DOCUMENTS_MAX_CHARS + 1), labels={"team": "a"})
     assert rows.config_document(_record(config)) == codec.SESSION_CONFIG.dumps(config)
-    assert id(config) not in rows._CONFIG_DOCUMENTS
+    assert rows._CONFIG_DOCUMENTS[id(config)][1:] == (None, '{"team": "a"}')
+    assert rows.session_columns(_record(config))[6] == '{"team": "a"}'  # read from the entry, no encoding

@@ -376,6 +376,8 @@ class SessionLedger:
             else "",
             take_lease=self._settings.replica_id if take_lease else "",
             lease_ttl_seconds=self._settings.lease_ttl_seconds if take_lease else 0.0,
+            # `self.record` is the version this step replaces, as committed or read: its config is the stored one.
+            config_unchanged=record.config is self.record.config,
         )
         try:
             await self._store.write(batch)

@@ -135,6 +135,10 @@ class WriteBatch:
     # followed by the step's own.
     take_lease: str = ""
     lease_ttl_seconds: float = 0.0
+    # Set by a writer that knows `session.config` is the config stored with the previous version (the same
+    # object it committed or read): a durable store may leave the config's row as it is instead of encoding
+    # and comparing it. A step whose compare-and-set fails writes nothing either way.
+    config_unchanged: bool = False
 
 
 class StoreLifecycle(Protocol):

@@ -60,27 +60,30 @@ SESSION_SELECT = (
 # and every commit of a session rewrites its row, so most commits find their config here. An entry lives as long as
 # its config (a weak reference whose callback drops it, before the id can be reused), so the cache never keeps a
 # config, or its system prompt, alive. Read and written from the writer threads too (dict operations are atomic; a
-# race only encodes twice). A large config (a long system prompt) is encoded at every commit instead: keeping its
-# JSON as long as the session lives would double what the session holds.
-_CONFIG_DOCUMENTS: dict[int, tuple[weakref.ref[SessionConfig], str, str]] = {}
+# race only encodes twice). A large config's JSON (a long system prompt) is not kept, only its labels': keeping it
+# as long as the session lives would double what the session holds, and a step that leaves the config as it was
+# does not write it (WriteBatch.config_unchanged).
+_CONFIG_DOCUMENTS: dict[int, tuple[weakref.ref[SessionConfig], str | None, str]] = {}
 _CONFIG_DOCUMENTS_MAX_CHARS = 16 * 1024
 
 
-def _config_documents(config: SessionConfig) -> tuple[str, str]:
-    """`config_json` and `labels_json` of the row."""
+def _config_documents(config: SessionConfig) -> tuple[str | None, str]:
+    """(`config_json`, `labels_json`) of the config's rows; `config_json` is None for a large config."""
     key = id(config)
     kept = _CONFIG_DOCUMENTS.get(key)
     if kept is not None and kept[0]() is config:
         return kept[1], kept[2]
-    documents = (codec.SESSION_CONFIG.dumps(config), json.dumps(dict(config.labels), sort_keys=True))
-    if len(documents[0]) <= _CONFIG_DOCUMENTS_MAX_CHARS:
-        _CONFIG_DOCUMENTS[key] = (weakref.ref(config, lambda _: _CONFIG_DOCUMENTS.pop(key, None)), *documents)
-    return documents
+    encoded = codec.SESSION_CONFIG.dumps(config)
+    config_json = encoded if len(encoded) <= _CONFIG_DOCUMENTS_MAX_CHARS else None
+    labels_json = json.dumps(dict(config.labels), sort_keys=True)
+    _CONFIG_DOCUMENTS[key] = (weakref.ref(config, lambda _: _CONFIG_DOCUMENTS.pop(key, None)), config_json, labels_json)
+    return config_json, labels_json
 
 
 def config_document(record: SessionRecord) -> str:
     """The session_configs row's `config_json`."""
-    return _config_documents(record.config)[0]
+    kept = _config_documents(record.config)[0]
+    return kept if kept is not None else codec.SESSION_CONFIG.dumps(record.config)
 
 
 def session_columns(record: SessionRecord) -> tuple[Any, ...]:

@@ -32,7 +32,7 @@ async def apply_write(conn: Conn, batch: WriteBatch, operation: PgOperation | No
         await operation.run(conn, batch)
     tenant, sid = batch.tenant, batch.session_id
     if batch.session is not None:
-        await _update_session(conn, batch.session)
+        await _update_session(conn, batch.session, config_unchanged=batch.config_unchanged)
         if batch.take_lease:
             await _take_lease(conn, batch)
     if batch.release_lease:
@@ -85,22 +85,27 @@ async def _take_lease(conn: Conn, batch: WriteBatch) -> None:
         raise VersionConflictError(f"session {batch.session_id!r}: another owner holds its lease")
 
 
-async def _update_session(conn: Conn, record: SessionRecord) -> None:
-    """The compare-and-set: stores `record` only over version `record.version - 1`."""
-    # One round trip: the config's row changes only when the config did (a version conflict rolls it back with
-    # the rest of the batch).
-    status = await conn.execute(
-        "WITH config AS (UPDATE session_configs SET config_json=$15 WHERE tenant=$12 AND session_id=$13"
-        " AND config_json IS DISTINCT FROM $15)"
-        " UPDATE sessions SET session_key=$1, mode=$2, parent_session_id=$3, state=$4, labels_json=$5,"
-        " runtime_json=$6, last_sequence=$7, sequence_reserved=$8, history_message_count=$9, update_time_us=$10,"
-        " version=$11 WHERE tenant=$12 AND session_id=$13 AND version=$14",
-        *session_columns(record)[2:],
-        record.tenant,
-        record.session_id,
-        record.version - 1,
-        config_document(record),
-    )
+_SESSION_UPDATE = (
+    "UPDATE sessions SET session_key=$1, mode=$2, parent_session_id=$3, state=$4, labels_json=$5,"
+    " runtime_json=$6, last_sequence=$7, sequence_reserved=$8, history_message_count=$9, update_time_us=$10,"
+    " version=$11 WHERE tenant=$12 AND session_id=$13 AND version=$14"
+)
+# One round trip: the config's row changes only when the config did (a version conflict rolls it back with the
+# rest of the batch).
+_SESSION_AND_CONFIG_UPDATE = (
+    "WITH config AS (UPDATE session_configs SET config_json=$15 WHERE tenant=$12 AND session_id=$13"  # noqa: S608
+    " AND config_json IS DISTINCT FROM $15) " + _SESSION_UPDATE
+)
+
+
+async def _update_session(conn: Conn, record: SessionRecord, *, config_unchanged: bool) -> None:
+    """The compare-and-set: stores `record` only over version `record.version - 1`; its config too unless the
+    batch says it is as stored (WriteBatch.config_unchanged)."""
+    columns = (*session_columns(record)[2:], record.tenant, record.session_id, record.version - 1)
+    if config_unchanged:
+        status = await conn.execute(_SESSION_UPDATE, *columns)
+    else:
+        status = await conn.execute(_SESSION_AND_CONFIG_UPDATE, *columns, config_document(record))
     if status != "UPDATE 1":
         raise VersionConflictError(f"session {record.session_id!r}: expected stored version {record.version - 1}")
 

@@ -43,8 +43,8 @@ _SESSION_UPDATE = (
     "UPDATE sessions SET session_key=?, mode=?, parent_session_id=?, state=?, labels_json=?, runtime_json=?,"
     " last_sequence=?, sequence_reserved=?, history_message_count=?, update_time_us=?, version=?"
 )
-# Written at every step: SQLite compares the new row with the stored one and writes no page when they are the
-# same, which they are unless the config changed.
+# Written at a step unless the batch says the config is as stored (WriteBatch.config_unchanged); SQLite writes no
+# page for a row set to what it holds, so a writer that cannot tell costs a comparison, not a page.
 _CONFIG_UPDATE = "UPDATE session_configs SET config_json=? WHERE tenant=? AND session_id=?"
 _SESSION_WHERE = " WHERE tenant=? AND session_id=? AND version=?"
 
@@ -59,7 +59,8 @@ def _update_session(conn: sqlite3.Connection, record: SessionRecord, batch: Writ
     )
     if cur.rowcount != 1:
         raise VersionConflictError(_conflict(conn, batch, record.version - 1))
-    conn.execute(_CONFIG_UPDATE, (config_document(record), record.tenant, record.session_id))
+    if not batch.config_unchanged:
+        conn.execute(_CONFIG_UPDATE, (config_document(record), record.tenant, record.session_id))
 
 
 def _lease_clauses(batch: WriteBatch) -> tuple[str, str, tuple[object, ...], tuple[object, ...]]:

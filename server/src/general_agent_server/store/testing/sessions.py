@@ -313,6 +313,11 @@ class SessionRecordsConformance(StoreConformance):
         same = bump(changed, state=SessionState.RUNNING)
         await store.write(WriteBatch(tenant=tenant, session_id=sid, session=same))
         assert await store.get_session(tenant, sid) == same
+        # A step that says its config is as stored (the ledger's steps, mostly) stores the rest of its record.
+        running = bump(same, state=SessionState.IDLE)
+        await store.write(WriteBatch(tenant=tenant, session_id=sid, session=running, config_unchanged=True))
+        assert await store.get_session(tenant, sid) == running
+        same = running
 
         stale = bump(record, config=replace(record.config, system_prompt="never stored"))
         with pytest.raises(VersionConflictError):
