@@ -13,9 +13,10 @@ import asyncio
 import logging
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
+from general_agent_server.domain.events import SequencedEvent
 from general_agent_server.observability.port import Observer
 from general_agent_server.store.port import StoreError, WriteBatch
 from general_agent_server.store.uncancellable import LandingFuture, run_to_end
@@ -157,7 +158,7 @@ class GroupCommitLoop(ABC, Generic[Op]):
         """Commits the group in one transaction; on failure retries each write alone so that only the
         failing one reports the error."""
         try:
-            await self._transaction(group)
+            await self._transaction(merged_events(group))
         except Exception as exc:
             if len(group) == 1:
                 return [exc]
@@ -190,3 +191,44 @@ def _settle(item: QueuedWrite[Op], error: StoreError | None) -> None:
         item.done.set_result(None)
     else:
         item.done.set_exception(error)
+
+
+def merged_events(group: list[QueuedWrite[Op]]) -> list[QueuedWrite[Op]]:
+    """The group as one transaction applies it: writes that hold only events (what a run sends ahead of its next
+    step, buffered) join their neighbours of the same session, the step among them when there is one, so a
+    turn's events cost one statement, not one per write. Only neighbours without an operation merge, and at
+    most one write that holds more than events, so every row is applied in the order it was written. The writes
+    themselves are settled as they were queued, and a group that fails is retried write by write, unmerged
+    (`_isolated`)."""
+    merged: list[QueuedWrite[Op]] = []
+    joined: list[SequencedEvent] | None = None  # the events of merged[-1] when it is a merge made here
+    only_events = False  # merged[-1] holds nothing but events
+    for item in group:
+        batch, last = item.batch, merged[-1] if merged else None
+        this_only_events = item.operation is None and _events_only(batch)
+        if (
+            last is not None
+            and (this_only_events or (only_events and item.operation is None))
+            and last.operation is None
+            and last.batch.session_id == batch.session_id
+            and last.batch.tenant == batch.tenant
+        ):
+            if joined is not None and this_only_events:
+                joined.extend(batch.events)  # the merged write holds this list
+            else:
+                joined = [*last.batch.events, *batch.events] if joined is None else [*joined, *batch.events]
+                merged[-1] = QueuedWrite(replace(last.batch if this_only_events else batch, events=joined), None)
+            only_events = only_events and this_only_events
+            continue
+        merged.append(item)
+        joined, only_events = None, this_only_events
+    return merged
+
+
+def _events_only(batch: WriteBatch) -> bool:
+    return (
+        batch.session is None
+        and not (batch.transcript or batch.history or batch.runs or batch.tool_calls or batch.hook_registrations)
+        and not (batch.replace_history or batch.clear_transcript or batch.release_lease or batch.take_lease)
+        and batch.idempotency is None
+    )
