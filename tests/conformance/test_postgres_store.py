@@ -12,6 +12,7 @@ import pytest
 from general_agent_server.store.port import SessionStore, StoreError, WriteBatch
 from general_agent_server.store.postgres import DsnError, PostgresSessionStore, parse_store_url
 from general_agent_server.store.postgres.schema import MIGRATIONS
+from general_agent_server.store.postgres.writes import apply_write
 from general_agent_server.store.testing import SessionStoreConformance
 from general_agent_server.store.testing.factories import bump, full_session, make_session, new_id, new_tenant
 
@@ -52,6 +53,29 @@ class TestPostgresStore(SessionStoreConformance):
         changed = bump(step, config=step.config)
         await store.write(WriteBatch(tenant=tenant, session_id=sid, session=changed))
         assert await store.get_session(tenant, sid) == changed
+
+    async def test_a_step_takes_and_frees_the_lease_in_its_own_update(self, store: PostgresSessionStore) -> None:
+        """One round trip for a step's row whatever its lease does (the conformance suite checks the outcomes)."""
+        tenant, sid = new_tenant(), new_id()
+        record = make_session(tenant, sid)
+        await store.create_session(record)
+        conn = await asyncpg.connect(**store.dsn.connect_kwargs())
+        queries: list[str] = []
+        conn.add_query_logger(lambda logged: queries.append(logged.query))
+        try:
+            start = bump(record)
+            for batch in (
+                WriteBatch(tenant=tenant, session_id=sid, session=start, take_lease="a", lease_ttl_seconds=30),
+                WriteBatch(tenant=tenant, session_id=sid, session=bump(start), release_lease="a"),
+            ):
+                queries.clear()
+                async with conn.transaction():
+                    await apply_write(conn, batch, None)
+                assert sum("UPDATE sessions" in q for q in queries) == 1
+            lease = "SELECT lease_owner FROM sessions WHERE tenant=$1 AND session_id=$2"
+            assert await conn.fetchval(lease, tenant, sid) == ""
+        finally:
+            await conn.close()
 
     async def test_a_version_2_database_gets_its_session_counts_and_config_table(
         self, store: PostgresSessionStore
