@@ -7,6 +7,7 @@ dedicated unprivileged user. Every failure raises ClusterError; the fixture turn
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob
 import os
 import pwd
@@ -39,16 +40,28 @@ def _free_port() -> int:
         return port
 
 
+_USERADD_EXISTS = 9  # useradd's exit status when the user is already there
+
+
 def _as_cluster_user() -> list[str]:
-    """The command prefix that runs a program as a non-root user (nothing when not root)."""
+    """The command prefix that runs a program as a non-root user (nothing when not root). The user is created once
+    per machine; test workers starting clusters at the same moment take a lock for it, and one that still meets
+    the user made meanwhile (another process without the lock) takes it as made."""
     if os.geteuid() != 0:
         return []
-    try:
-        pwd.getpwnam(CLUSTER_USER)
-    except KeyError:
-        subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", CLUSTER_USER], check=True
-        )
+    with open(Path(tempfile.gettempdir()) / f"{CLUSTER_USER}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            pwd.getpwnam(CLUSTER_USER)
+        except KeyError:
+            created = subprocess.run(
+                ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", CLUSTER_USER],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if created.returncode not in (0, _USERADD_EXISTS):
+                raise ClusterError(f"useradd {CLUSTER_USER} failed ({created.returncode}): {created.stderr}") from None
     return ["runuser", "-u", CLUSTER_USER, "--"]
 
 
