@@ -14,7 +14,16 @@ from general_agent_server.store.postgres import DsnError, PostgresSessionStore, 
 from general_agent_server.store.postgres.schema import MIGRATIONS
 from general_agent_server.store.postgres.writes import apply_write
 from general_agent_server.store.testing import SessionStoreConformance
-from general_agent_server.store.testing.factories import bump, full_session, make_session, new_id, new_tenant
+from general_agent_server.store.testing.factories import (
+    bump,
+    full_session,
+    make_event,
+    make_message,
+    make_run,
+    make_session,
+    new_id,
+    new_tenant,
+)
 
 
 class TestPostgresStore(SessionStoreConformance):
@@ -59,23 +68,45 @@ class TestPostgresStore(SessionStoreConformance):
         tenant, sid = new_tenant(), new_id()
         record = make_session(tenant, sid)
         await store.create_session(record)
-        conn = await asyncpg.connect(**store.dsn.connect_kwargs())
-        queries: list[str] = []
-        conn.add_query_logger(lambda logged: queries.append(logged.query))
-        try:
-            start = bump(record)
-            for batch in (
-                WriteBatch(tenant=tenant, session_id=sid, session=start, take_lease="a", lease_ttl_seconds=30),
-                WriteBatch(tenant=tenant, session_id=sid, session=bump(start), release_lease="a"),
-            ):
-                queries.clear()
-                async with conn.transaction():
-                    await apply_write(conn, batch, None)
-                assert sum("UPDATE sessions" in q for q in queries) == 1
-            lease = "SELECT lease_owner FROM sessions WHERE tenant=$1 AND session_id=$2"
-            assert await conn.fetchval(lease, tenant, sid) == ""
-        finally:
-            await conn.close()
+        start = bump(record)
+        take = WriteBatch(tenant=tenant, session_id=sid, session=start, take_lease="a", lease_ttl_seconds=30)
+        free = WriteBatch(tenant=tenant, session_id=sid, session=bump(start), release_lease="a")
+        assert await statements_writing(store, [take, free]) == [1, 1]
+        assert await store.take_lease(tenant, sid, "b", ttl_seconds=60) == bump(start).version  # "a" freed it
+
+    async def test_a_steps_rows_ride_on_its_update_and_what_cannot_is_written_apart(
+        self, store: PostgresSessionStore
+    ) -> None:
+        """Events, new history messages and run rows go in the step's own statement (store/postgres/steps.py); a
+        history replaced whole and two rows of one run take the per-table statements, with the same outcome."""
+        tenant, sid = new_tenant(), new_id()
+        record = make_session(tenant, sid)
+        await store.create_session(record)
+        step = bump(record)
+        batch = WriteBatch(
+            tenant=tenant,
+            session_id=sid,
+            session=step,
+            events=[make_event(sid, 1), make_event(sid, 2)],
+            history=[make_message(0), make_message(1)],
+            runs=[make_run(tenant, sid, "run-1")],
+        )
+        started = make_run(tenant, sid, "run-2")
+        twice = WriteBatch(
+            tenant=tenant,
+            session_id=sid,
+            session=bump(step),
+            history=[make_message(5)],
+            replace_history=True,
+            runs=[started, replace(started, request_id="req-2")],
+        )
+        # The step alone; then the step, the history's DELETE and INSERT, and one INSERT per run row.
+        assert await statements_writing(store, [batch, twice]) == [1, 5]
+        assert [e.sequence for e in await store.read_events(tenant, sid, after_sequence=0, limit=10)] == [1, 2]
+        assert await store.load_history(tenant, sid) == [make_message(5)]
+        assert await store.get_run(tenant, sid, "run-1") == make_run(tenant, sid, "run-1")
+        assert await store.get_run(tenant, sid, "run-2") == replace(started, request_id="req-2")
+        assert await store.get_session(tenant, sid) == bump(step)
 
     async def test_a_version_2_database_gets_its_session_counts_and_config_table(
         self, store: PostgresSessionStore
@@ -119,6 +150,24 @@ class TestPostgresStore(SessionStoreConformance):
         finally:
             await admin.execute(f"DROP DATABASE IF EXISTS {database}")
             await admin.close()
+
+
+async def statements_writing(store: PostgresSessionStore, batches: list[WriteBatch]) -> list[int]:
+    """How many statements that write (UPDATE, INSERT, DELETE) each batch takes, each in a transaction of its own;
+    asyncpg's own queries (BEGIN, type introspection) are left out."""
+    conn = await asyncpg.connect(**store.dsn.connect_kwargs())
+    queries: list[str] = []
+    conn.add_query_logger(lambda logged: queries.append(logged.query))
+    counts = []
+    try:
+        for batch in batches:
+            queries.clear()
+            async with conn.transaction():
+                await apply_write(conn, batch, None)
+            counts.append(sum(1 for q in queries if any(verb in q for verb in ("UPDATE ", "INSERT ", "DELETE "))))
+    finally:
+        await conn.close()
+    return counts
 
 
 def test_a_password_in_the_url_is_refused_naming_the_field_and_never_repeated() -> None:

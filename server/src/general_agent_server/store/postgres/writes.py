@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Protocol, TypeAlias
 
 import asyncpg
@@ -14,7 +13,8 @@ from asyncpg.pool import PoolConnectionProxy
 
 from general_agent_server.domain import codec
 from general_agent_server.domain.session import SessionRecord
-from general_agent_server.store.port import SessionExistsError, VersionConflictError, WriteBatch
+from general_agent_server.store.port import SessionExistsError, WriteBatch
+from general_agent_server.store.postgres.steps import StepParts, write_step
 from general_agent_server.store.rows import config_document, session_columns, to_us
 from general_agent_server.store.sqlite.operations import SESSION_TABLES
 from general_agent_server.workspace.checkpoints.recorder import Checkpoint, beyond_bounds
@@ -31,8 +31,9 @@ async def apply_write(conn: Conn, batch: WriteBatch, operation: PgOperation | No
     if operation is not None:
         await operation.run(conn, batch)
     tenant, sid = batch.tenant, batch.session_id
+    written = _NOTHING
     if batch.session is not None:
-        await _update_session(conn, batch.session, batch)
+        written = await write_step(conn, batch.session, batch)
     elif batch.release_lease:
         await conn.execute(
             "UPDATE sessions SET lease_owner='', lease_expires_us=0 WHERE tenant=$1 AND session_id=$2"
@@ -43,7 +44,7 @@ async def apply_write(conn: Conn, batch: WriteBatch, operation: PgOperation | No
         )
     if batch.replace_history:
         await conn.execute("DELETE FROM history WHERE tenant=$1 AND session_id=$2", tenant, sid)
-    if batch.history:
+    if batch.history and not written.history:
         await conn.executemany(
             "INSERT INTO history (tenant, session_id, idx, run_id, format_version, message_json)"
             " VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (tenant, session_id, idx) DO UPDATE SET"
@@ -64,78 +65,14 @@ async def apply_write(conn: Conn, batch: WriteBatch, operation: PgOperation | No
                 for e in batch.transcript
             ],
         )
-    await _write_rows(conn, batch)
+    await _write_rows(conn, batch, written)
 
 
-_SESSION_UPDATE = (
-    "UPDATE sessions SET session_key=$1, mode=$2, parent_session_id=$3, state=$4, labels_json=$5,"
-    " runtime_json=$6, last_sequence=$7, sequence_reserved=$8, history_message_count=$9, update_time_us=$10,"
-    " version=$11"
-)
-_SESSION_WHERE = " WHERE tenant=$12 AND session_id=$13 AND version=$14"
-# One round trip: the config's row changes only when the config did (a version conflict rolls it back with the
-# rest of the batch).
-_CONFIG_CTE = (
-    "WITH config AS (UPDATE session_configs SET config_json=$15 WHERE tenant=$12 AND session_id=$13"
-    " AND config_json IS DISTINCT FROM $15) "
-)
+_NOTHING = StepParts(events=False, history=False, runs=False)
 
 
-async def _update_session(conn: Conn, record: SessionRecord, batch: WriteBatch) -> None:
-    """The compare-and-set: stores `record` only over version `record.version - 1`, with the lease the batch takes
-    or releases in the same statement (one round trip per step, not two), and its config unless the batch says it
-    is as stored (WriteBatch.config_unchanged)."""
-    args: list[object] = [*session_columns(record)[2:], record.tenant, record.session_id, record.version - 1]
-    prefix = ""
-    if not batch.config_unchanged:
-        prefix = _CONFIG_CTE
-        args.append(config_document(record))
-    lease_set, lease_where = _lease_clauses(batch, args)
-    status = await conn.execute(prefix + _SESSION_UPDATE + lease_set + _SESSION_WHERE + lease_where, *args)
-    if status != "UPDATE 1":
-        raise VersionConflictError(await _conflict(conn, batch, record.version - 1))
-
-
-def _lease_clauses(batch: WriteBatch, args: list[object]) -> tuple[str, str]:
-    """(SET part, WHERE part) for the lease of a session step, their arguments appended to `args`. A take commits
-    only while no other owner holds a live lease; a release frees only its owner's lease (SET sees the row as it
-    was, so a take and a release by one owner in one batch leave the lease free, as the take then the release
-    would). The SQLite store's batch.py builds the same clauses."""
-
-    def arg(value: object) -> str:
-        args.append(value)
-        return f"${len(args)}"
-
-    if batch.take_lease:
-        now_us = to_us(datetime.now(UTC))
-        owner = arg(batch.take_lease)
-        where = f" AND (lease_owner='' OR lease_owner={owner} OR lease_expires_us<{arg(now_us)})"
-        if batch.release_lease == batch.take_lease:
-            return ", lease_owner='', lease_expires_us=0", where
-        expires = arg(now_us + int(batch.lease_ttl_seconds * 1_000_000))
-        return f", lease_owner={owner}, lease_expires_us={expires}", where
-    if batch.release_lease:
-        owner = arg(batch.release_lease)
-        freed = (
-            f", lease_owner=CASE WHEN lease_owner={owner} THEN '' ELSE lease_owner END,"
-            f" lease_expires_us=CASE WHEN lease_owner={owner} THEN 0 ELSE lease_expires_us END"
-        )
-        return freed, ""
-    return "", ""
-
-
-async def _conflict(conn: Conn, batch: WriteBatch, expected: int) -> str:
-    """Why a step wrote nothing: its session changed, or another owner holds the lease it would take."""
-    version = await conn.fetchval(
-        "SELECT version FROM sessions WHERE tenant=$1 AND session_id=$2", batch.tenant, batch.session_id
-    )
-    if version == expected and batch.take_lease:
-        return f"session {batch.session_id!r}: another owner holds its lease"
-    return f"session {batch.session_id!r}: expected stored version {expected}"
-
-
-async def _write_rows(conn: Conn, batch: WriteBatch) -> None:
-    if batch.events:
+async def _write_rows(conn: Conn, batch: WriteBatch, written: StepParts) -> None:
+    if batch.events and not written.events:
         await conn.executemany(
             "INSERT INTO events (tenant, session_id, sequence, run_id, create_time_us, body_json)"
             " VALUES ($1,$2,$3,$4,$5,$6)",
@@ -151,7 +88,7 @@ async def _write_rows(conn: Conn, batch: WriteBatch) -> None:
                 for e in batch.events
             ],
         )
-    for run in batch.runs:
+    for run in () if written.runs else batch.runs:
         await conn.execute(
             "INSERT INTO runs (tenant, session_id, run_id, request_id, status, record_json) VALUES ($1,$2,$3,$4,$5,$6)"
             " ON CONFLICT (tenant, session_id, run_id) DO UPDATE SET request_id=EXCLUDED.request_id,"

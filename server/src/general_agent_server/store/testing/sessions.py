@@ -326,6 +326,36 @@ class SessionRecordsConformance(StoreConformance):
         listed = await store.list_sessions(tenant, SessionQuery(), after=None, limit=10)
         assert listed == [same]
 
+    async def test_a_stale_step_is_a_version_conflict_even_when_its_rows_collide_with_the_stored_ones(
+        self, store: SessionStore
+    ) -> None:
+        """Two copies numbered the same events and history: the one that lost the race learns it lost (and reloads),
+        rather than failing on a duplicate key, and nothing of its step is stored."""
+        tenant, sid = new_tenant(), new_id()
+        record = await create(store, make_session(tenant, sid))
+
+        def step(text: str, state: SessionState) -> WriteBatch:
+            return WriteBatch(
+                tenant=tenant,
+                session_id=sid,
+                session=bump(record, state=state),
+                events=[make_event(sid, 1, run_id=text)],
+                history=[make_message(0, run_id=text)],
+                runs=[make_run(tenant, sid, "run-1", request_id=text)],
+                take_lease=text,
+                lease_ttl_seconds=60,
+            )
+
+        await store.write(step("won", SessionState.RUNNING))
+        with pytest.raises(VersionConflictError):
+            await store.write(step("lost", SessionState.SUSPENDED))
+        assert (await store.get_session(tenant, sid)) == bump(record, state=SessionState.RUNNING)
+        assert [e.run_id for e in await all_events(store, tenant, sid)] == ["won"]
+        assert [m.run_id for m in await store.load_history(tenant, sid)] == ["won"]
+        run = await store.get_run(tenant, sid, "run-1")
+        assert run is not None
+        assert run.request_id == "won"
+
     async def test_count_sessions_follows_creates_and_deletes_per_tenant(self, store: SessionStore) -> None:
         tenant, other = new_tenant(), new_tenant()
         assert await store.count_sessions(tenant) == 0
