@@ -67,13 +67,14 @@ _CONFIG_DOCUMENTS: dict[int, tuple[weakref.ref[SessionConfig], str | None, str]]
 _CONFIG_DOCUMENTS_MAX_CHARS = 16 * 1024
 
 
-def _config_documents(config: SessionConfig) -> tuple[str | None, str]:
-    """(`config_json`, `labels_json`) of the config's rows; `config_json` is None for a large config."""
+def _kept(config: SessionConfig) -> tuple[str | None, str] | None:
+    """(`config_json`, `labels_json`) kept for the config, `config_json` None for a large config; None if none."""
+    kept = _CONFIG_DOCUMENTS.get(id(config))
+    return (kept[1], kept[2]) if kept is not None and kept[0]() is config else None
+
+
+def _keep(config: SessionConfig, encoded: str) -> tuple[str | None, str]:
     key = id(config)
-    kept = _CONFIG_DOCUMENTS.get(key)
-    if kept is not None and kept[0]() is config:
-        return kept[1], kept[2]
-    encoded = codec.SESSION_CONFIG.dumps(config)
     config_json = encoded if len(encoded) <= _CONFIG_DOCUMENTS_MAX_CHARS else None
     labels_json = json.dumps(dict(config.labels), sort_keys=True)
     _CONFIG_DOCUMENTS[key] = (weakref.ref(config, lambda _: _CONFIG_DOCUMENTS.pop(key, None)), config_json, labels_json)
@@ -82,8 +83,13 @@ def _config_documents(config: SessionConfig) -> tuple[str | None, str]:
 
 def config_document(record: SessionRecord) -> str:
     """The session_configs row's `config_json`."""
-    kept = _config_documents(record.config)[0]
-    return kept if kept is not None else codec.SESSION_CONFIG.dumps(record.config)
+    kept = _kept(record.config)
+    if kept is not None and kept[0] is not None:
+        return kept[0]
+    encoded = codec.SESSION_CONFIG.dumps(record.config)
+    if kept is None:
+        _keep(record.config, encoded)
+    return encoded
 
 
 def session_columns(record: SessionRecord) -> tuple[Any, ...]:
@@ -100,7 +106,8 @@ def session_columns(record: SessionRecord) -> tuple[Any, ...]:
         "last_compaction_us": to_us(record.last_compaction_time) if record.last_compaction_time else None,
         "approved_tools": list(record.approved_tools),
     }
-    labels_json = _config_documents(record.config)[1]
+    kept = _kept(record.config) or _keep(record.config, codec.SESSION_CONFIG.dumps(record.config))
+    labels_json = kept[1]
     return (
         record.tenant,
         record.session_id,

@@ -10,8 +10,8 @@ touch twice) are left to the per-table statements in writes.py, which `StepParts
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
 import asyncpg
@@ -21,6 +21,7 @@ from general_agent_server.domain import codec
 from general_agent_server.domain.session import SessionRecord
 from general_agent_server.store.port import VersionConflictError, WriteBatch
 from general_agent_server.store.rows import config_document, session_columns, to_us
+from general_agent_server.store.session_steps import lease_clauses, refused_step
 
 Conn: TypeAlias = "asyncpg.Connection[Any] | PoolConnectionProxy[Any]"
 
@@ -56,10 +57,16 @@ async def write_step(conn: Conn, record: SessionRecord, batch: WriteBatch) -> St
         history=_history(statement, batch),
         runs=_runs(statement, batch),
     )
-    lease_set, lease_where = _lease_clauses(batch, statement)
-    statement.ctes.insert(0, f"step AS ({_SESSION_UPDATE}{lease_set}{_SESSION_WHERE}{lease_where} RETURNING 1)")
+    numbers = itertools.count(len(statement.args) + 1)
+    lease = lease_clauses(batch, lambda: f"${next(numbers)}")
+    statement.args += [*lease.set_args, *lease.where_args]
+    update = f"{_SESSION_UPDATE}{lease.set_sql}{_SESSION_WHERE}{lease.where_sql}"
+    statement.ctes.insert(0, f"step AS ({update} RETURNING 1)")
     if await conn.fetchval(statement.sql("SELECT count(*) FROM step"), *statement.args) != 1:
-        raise VersionConflictError(await _conflict(conn, batch, record.version - 1))
+        stored = await conn.fetchval(
+            "SELECT version FROM sessions WHERE tenant=$1 AND session_id=$2", batch.tenant, batch.session_id
+        )
+        raise VersionConflictError(refused_step(batch, stored, record.version - 1))
     return parts
 
 
@@ -74,6 +81,10 @@ class _Statement:
         self.args.append(value)
         return f"${len(self.args)}"
 
+    def unnest(self, *columns: tuple[list[Any], str]) -> str:
+        """`unnest(...)` over one array argument per column, each cast to its SQL type."""
+        return f"unnest({', '.join(f'{self.arg(values)}::{kind}[]' for values, kind in columns)})"
+
     def sql(self, main: str) -> str:
         return f"WITH {', '.join(self.ctes)} {main}"
 
@@ -81,15 +92,16 @@ class _Statement:
 def _events(statement: _Statement, batch: WriteBatch) -> bool:
     if not batch.events:
         return False
-    columns = (
-        statement.arg([e.sequence for e in batch.events]) + "::bigint[]",
-        statement.arg([e.run_id for e in batch.events]) + "::text[]",
-        statement.arg([to_us(e.create_time) for e in batch.events]) + "::bigint[]",
-        statement.arg([codec.EVENT_BODY.dumps(e.body) for e in batch.events]) + "::text[]",
+    events = batch.events
+    rows = statement.unnest(
+        ([e.sequence for e in events], "bigint"),
+        ([e.run_id for e in events], "text"),
+        ([to_us(e.create_time) for e in events], "bigint"),
+        ([codec.EVENT_BODY.dumps(e.body) for e in events], "text"),
     )
     statement.ctes.append(
         "events_in AS (INSERT INTO events (tenant, session_id, sequence, run_id, create_time_us, body_json)"  # noqa: S608 - placeholders only
-        f" SELECT $12, $13, * FROM unnest({', '.join(columns)}) WHERE EXISTS (SELECT 1 FROM step))"
+        f" SELECT $12, $13, * FROM {rows} WHERE EXISTS (SELECT 1 FROM step))"
     )
     return True
 
@@ -98,15 +110,15 @@ def _history(statement: _Statement, batch: WriteBatch) -> bool:
     if not batch.history or batch.replace_history:
         return False
     messages = batch.history
-    columns = (
-        statement.arg([batch.history_base + i for i in range(len(messages))]) + "::bigint[]",
-        statement.arg([m.run_id for m in messages]) + "::text[]",
-        statement.arg([m.format_version for m in messages]) + "::integer[]",
-        statement.arg([codec.HISTORY_MESSAGE.dumps(m) for m in messages]) + "::text[]",
+    rows = statement.unnest(
+        ([batch.history_base + i for i in range(len(messages))], "bigint"),
+        ([m.run_id for m in messages], "text"),
+        ([m.format_version for m in messages], "integer"),
+        ([codec.HISTORY_MESSAGE.dumps(m) for m in messages], "text"),
     )
     statement.ctes.append(
         "history_in AS (INSERT INTO history (tenant, session_id, idx, run_id, format_version, message_json)"  # noqa: S608 - placeholders only
-        f" SELECT $12, $13, * FROM unnest({', '.join(columns)}) WHERE EXISTS (SELECT 1 FROM step)"
+        f" SELECT $12, $13, * FROM {rows} WHERE EXISTS (SELECT 1 FROM step)"
         " ON CONFLICT (tenant, session_id, idx) DO UPDATE SET run_id=EXCLUDED.run_id,"
         " format_version=EXCLUDED.format_version, message_json=EXCLUDED.message_json)"
     )
@@ -117,51 +129,15 @@ def _runs(statement: _Statement, batch: WriteBatch) -> bool:
     runs = batch.runs
     if not runs or len({(r.tenant, r.session_id, r.run_id) for r in runs}) != len(runs):
         return False
-    columns = (
-        statement.arg([r.tenant for r in runs]) + "::text[]",
-        statement.arg([r.session_id for r in runs]) + "::text[]",
-        statement.arg([r.run_id for r in runs]) + "::text[]",
-        statement.arg([r.request_id for r in runs]) + "::text[]",
-        statement.arg([r.status.value for r in runs]) + "::text[]",
-        statement.arg([codec.RUN_RECORD.dumps(r) for r in runs]) + "::text[]",
+    rows = statement.unnest(
+        *(([getattr(r, name) for r in runs], "text") for name in ("tenant", "session_id", "run_id", "request_id")),
+        ([r.status.value for r in runs], "text"),
+        ([codec.RUN_RECORD.dumps(r) for r in runs], "text"),
     )
     statement.ctes.append(
         "runs_in AS (INSERT INTO runs (tenant, session_id, run_id, request_id, status, record_json)"  # noqa: S608 - placeholders only
-        f" SELECT * FROM unnest({', '.join(columns)}) WHERE EXISTS (SELECT 1 FROM step)"
+        f" SELECT * FROM {rows} WHERE EXISTS (SELECT 1 FROM step)"
         " ON CONFLICT (tenant, session_id, run_id) DO UPDATE SET request_id=EXCLUDED.request_id,"
         " status=EXCLUDED.status, record_json=EXCLUDED.record_json)"
     )
     return True
-
-
-def _lease_clauses(batch: WriteBatch, statement: _Statement) -> tuple[str, str]:
-    """(SET part, WHERE part) for the lease of a session step. A take commits only while no other owner holds a
-    live lease; a release frees only its owner's lease (SET sees the row as it was, so a take and a release by
-    one owner in one batch leave the lease free, as the take then the release would). The SQLite store's
-    batch.py builds the same clauses."""
-    if batch.take_lease:
-        now_us = to_us(datetime.now(UTC))
-        owner = statement.arg(batch.take_lease)
-        where = f" AND (lease_owner='' OR lease_owner={owner} OR lease_expires_us<{statement.arg(now_us)})"
-        if batch.release_lease == batch.take_lease:
-            return ", lease_owner='', lease_expires_us=0", where
-        expires = statement.arg(now_us + int(batch.lease_ttl_seconds * 1_000_000))
-        return f", lease_owner={owner}, lease_expires_us={expires}", where
-    if batch.release_lease:
-        owner = statement.arg(batch.release_lease)
-        freed = (
-            f", lease_owner=CASE WHEN lease_owner={owner} THEN '' ELSE lease_owner END,"
-            f" lease_expires_us=CASE WHEN lease_owner={owner} THEN 0 ELSE lease_expires_us END"
-        )
-        return freed, ""
-    return "", ""
-
-
-async def _conflict(conn: Conn, batch: WriteBatch, expected: int) -> str:
-    """Why a step wrote nothing: its session changed, or another owner holds the lease it would take."""
-    version = await conn.fetchval(
-        "SELECT version FROM sessions WHERE tenant=$1 AND session_id=$2", batch.tenant, batch.session_id
-    )
-    if version == expected and batch.take_lease:
-        return f"session {batch.session_id!r}: another owner holds its lease"
-    return f"session {batch.session_id!r}: expected stored version {expected}"

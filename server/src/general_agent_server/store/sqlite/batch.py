@@ -7,13 +7,13 @@ whole either way."""
 from __future__ import annotations
 
 import sqlite3
-from datetime import UTC, datetime
 
 from general_agent_server.domain import codec
 from general_agent_server.domain.records import IdempotencyRecord
 from general_agent_server.domain.session import SessionRecord
 from general_agent_server.store.port import VersionConflictError, WriteBatch
 from general_agent_server.store.rows import config_document, session_columns, to_us
+from general_agent_server.store.session_steps import lease_clauses, refused_step
 from general_agent_server.store.sqlite.operations import HookRegistration, Operation
 
 
@@ -52,47 +52,20 @@ _SESSION_WHERE = " WHERE tenant=? AND session_id=? AND version=?"
 def _update_session(conn: sqlite3.Connection, record: SessionRecord, batch: WriteBatch) -> None:
     """The compare-and-set: stores `record` only over version `record.version - 1`; the lease the batch takes or
     releases goes in the same statement (one write of the row per step, not two or three)."""
-    lease_set, lease_where, lease_args, where_args = _lease_clauses(batch)
+    lease = lease_clauses(batch, lambda: "?")
     cur = conn.execute(
-        _SESSION_UPDATE + lease_set + _SESSION_WHERE + lease_where,
-        (*session_columns(record)[2:], *lease_args, record.tenant, record.session_id, record.version - 1, *where_args),
+        _SESSION_UPDATE + lease.set_sql + _SESSION_WHERE + lease.where_sql,
+        (*session_columns(record)[2:], *lease.set_args, *_key(record), record.version - 1, *lease.where_args),
     )
     if cur.rowcount != 1:
-        raise VersionConflictError(_conflict(conn, batch, record.version - 1))
+        row = conn.execute("SELECT version FROM sessions WHERE tenant=? AND session_id=?", _key(record)).fetchone()
+        raise VersionConflictError(refused_step(batch, row[0] if row else None, record.version - 1))
     if not batch.config_unchanged:
-        conn.execute(_CONFIG_UPDATE, (config_document(record), record.tenant, record.session_id))
+        conn.execute(_CONFIG_UPDATE, (config_document(record), *_key(record)))
 
 
-def _lease_clauses(batch: WriteBatch) -> tuple[str, str, tuple[object, ...], tuple[object, ...]]:
-    """(SET part, WHERE part, their arguments) for the lease of a session step. A take commits only while no
-    other owner holds a live lease; a release frees only its owner's lease (SET sees the row as it was, so a
-    take and a release by one owner in one batch leave the lease free, as the take then the release would)."""
-    if batch.take_lease:
-        now_us = to_us(datetime.now(UTC))
-        where = " AND (lease_owner='' OR lease_owner=? OR lease_expires_us<?)"
-        where_args = (batch.take_lease, now_us)
-        if batch.release_lease == batch.take_lease:
-            return ", lease_owner='', lease_expires_us=0", where, (), where_args
-        expires = now_us + int(batch.lease_ttl_seconds * 1_000_000)
-        return ", lease_owner=?, lease_expires_us=?", where, (batch.take_lease, expires), where_args
-    if batch.release_lease:
-        owner = batch.release_lease
-        freed = (
-            ", lease_owner=CASE WHEN lease_owner=? THEN '' ELSE lease_owner END,"
-            " lease_expires_us=CASE WHEN lease_owner=? THEN 0 ELSE lease_expires_us END"
-        )
-        return freed, "", (owner, owner), ()
-    return "", "", (), ()
-
-
-def _conflict(conn: sqlite3.Connection, batch: WriteBatch, expected: int) -> str:
-    """Why a step wrote nothing: its session changed, or another owner holds the lease it would take."""
-    row = conn.execute(
-        "SELECT version FROM sessions WHERE tenant=? AND session_id=?", (batch.tenant, batch.session_id)
-    ).fetchone()
-    if row is not None and row[0] == expected and batch.take_lease:
-        return f"session {batch.session_id!r}: another owner holds its lease"
-    return f"session {batch.session_id!r}: expected stored version {expected}"
+def _key(record: SessionRecord) -> tuple[str, str]:
+    return record.tenant, record.session_id
 
 
 def _write_history(conn: sqlite3.Connection, batch: WriteBatch) -> None:
