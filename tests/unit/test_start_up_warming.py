@@ -58,3 +58,41 @@ def test_the_serving_process_freezes_what_start_up_built() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60).stdout
     assert out.strip() == "True"
+
+
+_NAMED_PROBE = textwrap.dedent(
+    """
+    import asyncio
+    import sniffio
+    from general_agent_server.app import name_the_loop_library
+
+    def outside_a_task():
+        try:
+            return sniffio.current_async_library()
+        except sniffio.AsyncLibraryNotFoundError:
+            return "not found"
+
+    async def from_a_callback():
+        # A callback runs outside any task: there only the thread's name can answer.
+        loop = asyncio.get_running_loop()
+        answer = loop.create_future()
+        loop.call_soon(lambda: answer.set_result(outside_a_task()))
+        return await answer
+
+    async def main():
+        before = await from_a_callback()
+        name_the_loop_library()
+        after = await from_a_callback()
+        worker = await asyncio.to_thread(outside_a_task)
+        print(before, "|", after, "|", worker)
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_the_serving_thread_tells_sniffio_it_runs_asyncio_and_other_threads_stay_unnamed() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", _NAMED_PROBE], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert out.split(" | ") == ["not found", "asyncio", "not found\n"]
