@@ -3,27 +3,33 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
 
 import asyncpg
 import pytest
 
-from general_agent_server.store.port import SessionStore, StoreError, WriteBatch
+from general_agent_server.store.port import SessionStore, StoreError, VersionConflictError, WriteBatch
 from general_agent_server.store.postgres import DsnError, PostgresSessionStore, parse_store_url
+from general_agent_server.store.postgres.listener import CHANNEL
 from general_agent_server.store.postgres.schema import MIGRATIONS
+from general_agent_server.store.postgres.writer import PgWriter
 from general_agent_server.store.postgres.writes import apply_write
 from general_agent_server.store.testing import SessionStoreConformance
 from general_agent_server.store.testing.factories import (
     bump,
     full_session,
+    make_entry,
     make_event,
     make_message,
     make_run,
     make_session,
+    make_tool_call,
     new_id,
     new_tenant,
 )
+from general_agent_server.store.wakeups import events_topic
 
 
 class TestPostgresStore(SessionStoreConformance):
@@ -108,6 +114,76 @@ class TestPostgresStore(SessionStoreConformance):
         assert await store.get_run(tenant, sid, "run-2") == replace(started, request_id="req-2")
         assert await store.get_session(tenant, sid) == bump(step)
 
+    async def test_a_steps_transcript_rides_on_it_in_its_order(self, store: PostgresSessionStore) -> None:
+        """Transcript entries go in the step's statement and are read back in the order written, whatever their
+        sequences; a step that clears the transcript first writes them apart."""
+        tenant, sid = new_tenant(), new_id()
+        record = make_session(tenant, sid)
+        await store.create_session(record)
+        entries = [make_entry(sequence) for sequence in (7, 3, 9, 1, 8, 2, 6, 4, 5, 10) * 3]
+        step = WriteBatch(tenant=tenant, session_id=sid, session=bump(record), transcript=entries)
+        cleared = WriteBatch(
+            tenant=tenant, session_id=sid, session=bump(bump(record)), transcript=entries[:2], clear_transcript=True
+        )
+        assert await statements_writing(store, [step]) == [1]
+        read = await store.read_transcript(tenant, sid, after_entry_id=0, limit=100)
+        assert [e.sequence for e in read] == [e.sequence for e in entries]
+        assert [e.body for e in read] == [e.body for e in entries]
+        assert await statements_writing(store, [cleared]) == [3]  # the step, the DELETE, the entries
+        read = await store.read_transcript(tenant, sid, after_entry_id=0, limit=100)
+        assert [e.sequence for e in read] == [7, 3]
+
+    async def test_a_group_that_is_one_step_is_one_statement_with_its_wake_up(
+        self, store: PostgresSessionStore
+    ) -> None:
+        """No BEGIN, NOTIFY or COMMIT of their own: the step's statement carries its rows and its wake-up, which
+        other replicas still receive (store/postgres/writer.py); a group the statement cannot take whole keeps its
+        transaction."""
+        tenant, sid = new_tenant(), new_id()
+        record = make_session(tenant, sid)
+        await store.create_session(record)
+        queries: list[str] = []
+        pool = await asyncpg.create_pool(min_size=1, max_size=1, **store.dsn.connect_kwargs())
+        async with pool.acquire() as conn:  # the pool's one connection, which the writer then uses
+            conn.add_query_logger(lambda logged: queries.append(logged.query))
+        listener = await asyncpg.connect(**store.dsn.connect_kwargs())
+        heard: asyncio.Queue[str] = asyncio.Queue()
+        await listener.add_listener(CHANNEL, lambda *args: heard.put_nowait(args[3]))
+        writer = PgWriter(pool, flush_interval=0.001)
+        try:
+            step = bump(record)
+            one = WriteBatch(
+                tenant=tenant, session_id=sid, session=step, events=[make_event(sid, 1)], transcript=[make_entry(1)]
+            )
+            await writer.submit(one)
+            assert _group_statements(queries) == ["WITH step"]
+            payload = await asyncio.wait_for(heard.get(), 30)
+            assert payload.startswith(events_topic(tenant, sid))
+            assert payload.endswith("\t1")
+            queries.clear()
+            two = WriteBatch(
+                tenant=tenant,
+                session_id=sid,
+                session=bump(step),
+                tool_calls=[make_tool_call(tenant, sid, "run-1", "c1")],
+            )
+            await writer.submit(two)
+            sent = _group_statements(queries)
+            assert (sent[0], sent[-1]) == ("BEGIN", "COMMIT")
+            assert "SELECT pg_notify" not in sent
+            stale = WriteBatch(tenant=tenant, session_id=sid, session=bump(step), events=[make_event(sid, 5)])
+            with pytest.raises(VersionConflictError):
+                await writer.submit(stale)
+            assert [e.sequence for e in await store.read_events(tenant, sid, after_sequence=0, limit=10)] == [1]
+            after = WriteBatch(tenant=tenant, session_id=sid, session=bump(bump(step)), events=[make_event(sid, 2)])
+            await writer.submit(after)
+            # Wake-ups arrive in commit order: the stale step, which wrote nothing, woke nobody.
+            assert (await asyncio.wait_for(heard.get(), 30)).endswith("\t2")
+        finally:
+            await writer.stop()
+            await pool.close()
+            await listener.close()
+
     async def test_a_version_2_database_gets_its_session_counts_and_config_table(
         self, store: PostgresSessionStore
     ) -> None:
@@ -150,6 +226,14 @@ class TestPostgresStore(SessionStoreConformance):
         finally:
             await admin.execute(f"DROP DATABASE IF EXISTS {database}")
             await admin.close()
+
+
+_GROUP_STATEMENTS = ("WITH step", "BEGIN", "COMMIT", "SELECT pg_notify", "INSERT", "UPDATE", "DELETE")
+
+
+def _group_statements(queries: list[str]) -> list[str]:
+    """What the writer sent for a group, by its first words (asyncpg's own type and reset queries left out)."""
+    return [next(p for p in _GROUP_STATEMENTS if q.startswith(p)) for q in queries if q.startswith(_GROUP_STATEMENTS)]
 
 
 async def statements_writing(store: PostgresSessionStore, batches: list[WriteBatch]) -> list[int]:

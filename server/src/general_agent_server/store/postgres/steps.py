@@ -40,11 +40,29 @@ class StepParts:
     events: bool
     history: bool
     runs: bool
+    transcript: bool
 
 
-async def write_step(conn: Conn, record: SessionRecord, batch: WriteBatch) -> StepParts:
+def whole_in_one_statement(batch: WriteBatch) -> bool:
+    """Whether the step's statement writes every row of `batch` (with no operation beside it): it then needs no
+    transaction around it, a single statement being atomic on its own (store/postgres/writer.py)."""
+    return (
+        batch.session is not None
+        and not batch.replace_history
+        and not batch.clear_transcript
+        and not batch.tool_calls
+        and batch.idempotency is None
+        and not batch.hook_registrations
+        and _distinct_runs(batch)
+    )
+
+
+async def write_step(
+    conn: Conn, record: SessionRecord, batch: WriteBatch, *, wakeups: tuple[str, list[str]] | None = None
+) -> StepParts:
     """The compare-and-set: stores `record` only over version `record.version - 1`, with the batch's lease, its
-    config unless the batch says it is as stored (WriteBatch.config_unchanged), and the rows that ride on it."""
+    config unless the batch says it is as stored (WriteBatch.config_unchanged), and the rows that ride on it.
+    `wakeups` (a channel and its payloads): sent with `pg_notify` by the statement, when the step is written."""
     statement = _Statement([*session_columns(record)[2:], record.tenant, record.session_id, record.version - 1])
     if not batch.config_unchanged:
         config = statement.arg(config_document(record))
@@ -56,13 +74,22 @@ async def write_step(conn: Conn, record: SessionRecord, batch: WriteBatch) -> St
         events=_events(statement, batch),
         history=_history(statement, batch),
         runs=_runs(statement, batch),
+        transcript=_transcript(statement, batch),
     )
+    main = "SELECT count(*) FROM step"
+    if wakeups is not None:
+        channel, payloads = statement.arg(wakeups[0]), statement.arg(wakeups[1])
+        statement.ctes.append(
+            f"wake AS (SELECT pg_notify({channel}, p) FROM unnest({payloads}::text[]) AS p"  # noqa: S608 - placeholders only
+            " WHERE EXISTS (SELECT 1 FROM step))"
+        )
+        main += " CROSS JOIN (SELECT count(*) FROM wake) AS woken"  # a plain CTE runs only when referenced
     numbers = itertools.count(len(statement.args) + 1)
     lease = lease_clauses(batch, lambda: f"${next(numbers)}")
     statement.args += [*lease.set_args, *lease.where_args]
     update = f"{_SESSION_UPDATE}{lease.set_sql}{_SESSION_WHERE}{lease.where_sql}"
     statement.ctes.insert(0, f"step AS ({update} RETURNING 1)")
-    if await conn.fetchval(statement.sql("SELECT count(*) FROM step"), *statement.args) != 1:
+    if await conn.fetchval(statement.sql(main), *statement.args) != 1:
         stored = await conn.fetchval(
             "SELECT version FROM sessions WHERE tenant=$1 AND session_id=$2", batch.tenant, batch.session_id
         )
@@ -125,9 +152,34 @@ def _history(statement: _Statement, batch: WriteBatch) -> bool:
     return True
 
 
+def _distinct_runs(batch: WriteBatch) -> bool:
+    """No two run rows of the batch are one run's (ON CONFLICT may not touch a row twice in one INSERT)."""
+    return len({(r.tenant, r.session_id, r.run_id) for r in batch.runs}) == len(batch.runs)
+
+
+def _transcript(statement: _Statement, batch: WriteBatch) -> bool:
+    """The entries in their order: the INSERT takes them sorted by their place in the arrays, so their entry ids
+    (a sequence, drawn row by row as rows are inserted) keep the order the transcript is read in."""
+    if not batch.transcript or batch.clear_transcript:
+        return False
+    entries = batch.transcript
+    rows = statement.unnest(
+        ([e.sequence for e in entries], "bigint"),
+        ([e.run_id for e in entries], "text"),
+        ([to_us(e.timestamp) for e in entries], "bigint"),
+        ([codec.TRANSCRIPT_BODY.dumps(e.body) for e in entries], "text"),
+    )
+    statement.ctes.append(
+        "transcript_in AS (INSERT INTO transcript (tenant, session_id, sequence, run_id, timestamp_us, entry_json)"  # noqa: S608 - placeholders only
+        f" SELECT $12, $13, e.sequence, e.run_id, e.timestamp_us, e.entry_json FROM {rows} WITH ORDINALITY"
+        " AS e(sequence, run_id, timestamp_us, entry_json, place) WHERE EXISTS (SELECT 1 FROM step) ORDER BY e.place)"
+    )
+    return True
+
+
 def _runs(statement: _Statement, batch: WriteBatch) -> bool:
     runs = batch.runs
-    if not runs or len({(r.tenant, r.session_id, r.run_id) for r in runs}) != len(runs):
+    if not runs or not _distinct_runs(batch):
         return False
     rows = statement.unnest(
         *(([getattr(r, name) for r in runs], "text") for name in ("tenant", "session_id", "run_id", "request_id")),

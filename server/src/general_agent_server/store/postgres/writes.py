@@ -56,7 +56,7 @@ async def apply_write(conn: Conn, batch: WriteBatch, operation: PgOperation | No
         )
     if batch.clear_transcript:
         await conn.execute("DELETE FROM transcript WHERE tenant=$1 AND session_id=$2", tenant, sid)
-    if batch.transcript:
+    if batch.transcript and not written.transcript:
         await conn.executemany(
             "INSERT INTO transcript (tenant, session_id, sequence, run_id, timestamp_us, entry_json)"
             " VALUES ($1,$2,$3,$4,$5,$6)",
@@ -68,7 +68,7 @@ async def apply_write(conn: Conn, batch: WriteBatch, operation: PgOperation | No
     await _write_rows(conn, batch, written)
 
 
-_NOTHING = StepParts(events=False, history=False, runs=False)
+_NOTHING = StepParts(events=False, history=False, runs=False, transcript=False)
 
 
 async def _write_rows(conn: Conn, batch: WriteBatch, written: StepParts) -> None:
