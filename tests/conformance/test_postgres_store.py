@@ -10,6 +10,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from general_agent_server.domain.records import CallKind
 from general_agent_server.store.port import SessionStore, StoreError, VersionConflictError, WriteBatch
 from general_agent_server.store.postgres import DsnError, PostgresSessionStore, parse_store_url
 from general_agent_server.store.postgres.listener import CHANNEL
@@ -84,7 +85,8 @@ class TestPostgresStore(SessionStoreConformance):
         self, store: PostgresSessionStore
     ) -> None:
         """Events, new history messages and run rows go in the step's own statement (store/postgres/steps.py); a
-        history replaced whole and two rows of one run take the per-table statements, with the same outcome."""
+        history replaced whole and two rows of one run (or of one tool call) take the per-table statements, with the
+        same outcome."""
         tenant, sid = new_tenant(), new_id()
         record = make_session(tenant, sid)
         await store.create_session(record)
@@ -96,8 +98,13 @@ class TestPostgresStore(SessionStoreConformance):
             events=[make_event(sid, 1), make_event(sid, 2)],
             history=[make_message(0), make_message(1)],
             runs=[make_run(tenant, sid, "run-1")],
+            tool_calls=[
+                make_tool_call(tenant, sid, "run-1", "c1"),
+                make_tool_call(tenant, sid, "run-1", "c2", position=1, kind=CallKind.HOSTED),
+            ],
         )
         started = make_run(tenant, sid, "run-2")
+        called = make_tool_call(tenant, sid, "run-2", "c3")
         twice = WriteBatch(
             tenant=tenant,
             session_id=sid,
@@ -105,9 +112,12 @@ class TestPostgresStore(SessionStoreConformance):
             history=[make_message(5)],
             replace_history=True,
             runs=[started, replace(started, request_id="req-2")],
+            tool_calls=[called, replace(called, position=1)],
         )
-        # The step alone; then the step, the history's DELETE and INSERT, and one INSERT per run row.
-        assert await statements_writing(store, [batch, twice]) == [1, 5]
+        # The step alone; then the step, the history's DELETE and INSERT, one INSERT per run row, and the tool calls'.
+        assert await statements_writing(store, [batch, twice]) == [1, 6]
+        assert await store.list_tool_calls(tenant, sid, "run-1") == batch.tool_calls
+        assert await store.get_tool_call(tenant, sid, "c3") == replace(called, position=1)
         assert [e.sequence for e in await store.read_events(tenant, sid, after_sequence=0, limit=10)] == [1, 2]
         assert await store.load_history(tenant, sid) == [make_message(5)]
         assert await store.get_run(tenant, sid, "run-1") == make_run(tenant, sid, "run-1")
@@ -162,10 +172,7 @@ class TestPostgresStore(SessionStoreConformance):
             assert payload.endswith("\t1")
             queries.clear()
             two = WriteBatch(
-                tenant=tenant,
-                session_id=sid,
-                session=bump(step),
-                tool_calls=[make_tool_call(tenant, sid, "run-1", "c1")],
+                tenant=tenant, session_id=sid, session=bump(step), transcript=[make_entry(2)], clear_transcript=True
             )
             await writer.submit(two)
             sent = _group_statements(queries)

@@ -5,8 +5,9 @@ lease the step takes or frees is in its SET and WHERE, and its config, events, n
 ride on it as data-modifying CTEs, each table's rows passed as arrays, each written only when the UPDATE matched.
 A step is one round trip instead of one per table, and a step whose compare-and-set fails writes nothing and
 raises VersionConflictError, never a key conflict with rows of the version it missed. Rows a CTE cannot take in
-one INSERT (a history replaced whole, which needs its DELETE first; two rows of one run, which ON CONFLICT may not
-touch twice) are left to the per-table statements in writes.py, which `StepParts` tells what is left."""
+one INSERT (a history replaced whole or a transcript cleared, which need their DELETE first; two rows of one run
+or of one tool call, which ON CONFLICT may not touch twice) are left to the per-table statements in writes.py,
+which `StepParts` tells what is left."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ class StepParts:
     history: bool
     runs: bool
     transcript: bool
+    tool_calls: bool
 
 
 def whole_in_one_statement(batch: WriteBatch) -> bool:
@@ -50,10 +52,10 @@ def whole_in_one_statement(batch: WriteBatch) -> bool:
         batch.session is not None
         and not batch.replace_history
         and not batch.clear_transcript
-        and not batch.tool_calls
         and batch.idempotency is None
         and not batch.hook_registrations
         and _distinct_runs(batch)
+        and _distinct_calls(batch)
     )
 
 
@@ -75,6 +77,7 @@ async def write_step(
         history=_history(statement, batch),
         runs=_runs(statement, batch),
         transcript=_transcript(statement, batch),
+        tool_calls=_tool_calls(statement, batch),
     )
     main = "SELECT count(*) FROM step"
     if wakeups is not None:
@@ -155,6 +158,33 @@ def _history(statement: _Statement, batch: WriteBatch) -> bool:
 def _distinct_runs(batch: WriteBatch) -> bool:
     """No two run rows of the batch are one run's (ON CONFLICT may not touch a row twice in one INSERT)."""
     return len({(r.tenant, r.session_id, r.run_id) for r in batch.runs}) == len(batch.runs)
+
+
+def _distinct_calls(batch: WriteBatch) -> bool:
+    return len({(c.tenant, c.session_id, c.call_id) for c in batch.tool_calls}) == len(batch.tool_calls)
+
+
+def _tool_calls(statement: _Statement, batch: WriteBatch) -> bool:
+    calls = batch.tool_calls
+    if not calls or not _distinct_calls(batch):
+        return False
+    rows = statement.unnest(
+        *(([getattr(c, name) for c in calls], "text") for name in ("tenant", "session_id", "call_id", "run_id")),
+        ([c.round_index for c in calls], "bigint"),
+        ([c.position for c in calls], "bigint"),
+        ([c.kind.value for c in calls], "text"),
+        ([c.status.value for c in calls], "text"),
+        ([to_us(c.deadline) if c.deadline else None for c in calls], "bigint"),
+        ([codec.TOOL_CALL.dumps(c) for c in calls], "text"),
+    )
+    statement.ctes.append(
+        "tool_calls_in AS (INSERT INTO tool_calls (tenant, session_id, call_id, run_id, round_index, position, kind,"  # noqa: S608 - placeholders only
+        f" status, deadline_us, record_json) SELECT * FROM {rows} WHERE EXISTS (SELECT 1 FROM step)"
+        " ON CONFLICT (tenant, session_id, call_id) DO UPDATE SET run_id=EXCLUDED.run_id,"
+        " round_index=EXCLUDED.round_index, position=EXCLUDED.position, kind=EXCLUDED.kind,"
+        " status=EXCLUDED.status, deadline_us=EXCLUDED.deadline_us, record_json=EXCLUDED.record_json)"
+    )
+    return True
 
 
 def _transcript(statement: _Statement, batch: WriteBatch) -> bool:

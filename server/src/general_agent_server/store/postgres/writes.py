@@ -68,7 +68,7 @@ async def apply_write(conn: Conn, batch: WriteBatch, operation: PgOperation | No
     await _write_rows(conn, batch, written)
 
 
-_NOTHING = StepParts(events=False, history=False, runs=False, transcript=False)
+_NOTHING = StepParts(events=False, history=False, runs=False, transcript=False, tool_calls=False)
 
 
 async def _write_rows(conn: Conn, batch: WriteBatch, written: StepParts) -> None:
@@ -100,7 +100,7 @@ async def _write_rows(conn: Conn, batch: WriteBatch, written: StepParts) -> None
             run.status.value,
             codec.RUN_RECORD.dumps(run),
         )
-    if batch.tool_calls:
+    if batch.tool_calls and not written.tool_calls:
         await conn.executemany(
             "INSERT INTO tool_calls (tenant, session_id, call_id, run_id, round_index, position, kind, status,"
             " deadline_us, record_json) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)"
