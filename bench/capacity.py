@@ -118,8 +118,15 @@ async def concurrency(ctx: BenchContext) -> Result:
                 sample = await base.call(convs[i].request())
                 convs[i].record("hi", sample.text)
 
-            async def svc_turn(i: int, sessions: list[str] = sessions) -> None:
-                await svc.turn(sessions[i])
+            failures: list[str] = []
+
+            async def svc_turn(i: int, sessions: list[str] = sessions, failures: list[str] = failures) -> None:
+                try:
+                    await svc.turn(sessions[i])
+                except Exception as exc:  # closed_loop counts it; the first one is kept for the report
+                    if not failures:
+                        failures.append(f"{type(exc).__name__}: {exc}"[:300])
+                    raise
 
             base_rates: list[float] = []
             svc_rates: list[float] = []
@@ -147,6 +154,8 @@ async def concurrency(ctx: BenchContext) -> Result:
                 r["pass"] = False
             r["errors (service, baseline)"] = errors[1], errors[0]
             figures[f"{count} sessions: errors service / baseline"] = f"{errors[1]} / {errors[0]}"
+            if failures:
+                figures[f"{count} sessions: first service error"] = failures[0]
             rows.append(r)
         rows.append(_lag_row(sorted(lag), sorted(base_lag), figures))
     return {
