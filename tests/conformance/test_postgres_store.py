@@ -11,18 +11,25 @@ import asyncpg
 import pytest
 
 from general_agent_server.domain.records import CallKind
-from general_agent_server.store.port import SessionStore, StoreError, VersionConflictError, WriteBatch
+from general_agent_server.store.port import (
+    SessionExistsError,
+    SessionStore,
+    StoreError,
+    VersionConflictError,
+    WriteBatch,
+)
 from general_agent_server.store.postgres import DsnError, PostgresSessionStore, parse_store_url
 from general_agent_server.store.postgres.listener import CHANNEL
 from general_agent_server.store.postgres.schema import MIGRATIONS
 from general_agent_server.store.postgres.writer import PgWriter
-from general_agent_server.store.postgres.writes import apply_write
+from general_agent_server.store.postgres.writes import InsertSession, apply_write
 from general_agent_server.store.testing import SessionStoreConformance
 from general_agent_server.store.testing.factories import (
     bump,
     full_session,
     make_entry,
     make_event,
+    make_idempotency,
     make_message,
     make_run,
     make_session,
@@ -143,11 +150,9 @@ class TestPostgresStore(SessionStoreConformance):
         read = await store.read_transcript(tenant, sid, after_entry_id=0, limit=100)
         assert [e.sequence for e in read] == [7, 3]
 
-    async def test_a_group_that_is_one_step_is_one_statement_with_its_wake_up(
-        self, store: PostgresSessionStore
-    ) -> None:
-        """No BEGIN, NOTIFY or COMMIT of their own: the step's statement carries its rows and its wake-up, which
-        other replicas still receive (store/postgres/writer.py); a group the statement cannot take whole keeps its
+    async def test_a_group_of_one_statement_goes_without_begin_and_commit(self, store: PostgresSessionStore) -> None:
+        """A step's statement carries its rows and its wake-up, which other replicas still receive, and a session's
+        creation is its INSERT alone (store/postgres/writer.py); a group one statement cannot take whole keeps its
         transaction."""
         tenant, sid = new_tenant(), new_id()
         record = make_session(tenant, sid)
@@ -186,6 +191,25 @@ class TestPostgresStore(SessionStoreConformance):
             await writer.submit(after)
             # Wake-ups arrive in commit order: the stale step, which wrote nothing, woke nobody.
             assert (await asyncio.wait_for(heard.get(), 30)).endswith("\t2")
+            # A session's creation is one statement too, unless its batch holds more (an idempotency record).
+            queries.clear()
+            created = make_session(tenant, new_id())
+            await writer.submit(
+                WriteBatch(tenant=tenant, session_id=created.session_id), operation=InsertSession(created)
+            )
+            assert _group_statements(queries) == ["WITH inserted"]
+            with pytest.raises(SessionExistsError):
+                await writer.submit(
+                    WriteBatch(tenant=tenant, session_id=created.session_id), operation=InsertSession(created)
+                )
+            queries.clear()
+            again = make_session(tenant, new_id())
+            remembered = make_idempotency(tenant, "CreateSession", new_id())
+            first = WriteBatch(tenant=tenant, session_id=again.session_id, idempotency=remembered)
+            await writer.submit(first, operation=InsertSession(again))
+            assert _group_statements(queries) == ["BEGIN", "WITH inserted", "INSERT", "COMMIT"]
+            assert await store.get_session(tenant, again.session_id) == again
+            assert await store.get_idempotency(tenant, "CreateSession", remembered.request_id) == remembered
         finally:
             await writer.stop()
             await pool.close()
@@ -235,7 +259,7 @@ class TestPostgresStore(SessionStoreConformance):
             await admin.close()
 
 
-_GROUP_STATEMENTS = ("WITH step", "BEGIN", "COMMIT", "SELECT pg_notify", "INSERT", "UPDATE", "DELETE")
+_GROUP_STATEMENTS = ("WITH step", "WITH inserted", "BEGIN", "COMMIT", "SELECT pg_notify", "INSERT", "UPDATE", "DELETE")
 
 
 def _group_statements(queries: list[str]) -> list[str]:
