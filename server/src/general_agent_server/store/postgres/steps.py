@@ -12,6 +12,7 @@ which `StepParts` tells what is left."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -100,6 +101,9 @@ async def write_step(
     return parts
 
 
+Column: TypeAlias = tuple[str, list[Any], str]  # name, one value per row, SQL type
+
+
 class _Statement:
     """The statement being built: its arguments, numbered in order, and its CTEs."""
 
@@ -111,46 +115,77 @@ class _Statement:
         self.args.append(value)
         return f"${len(self.args)}"
 
-    def unnest(self, *columns: tuple[list[Any], str]) -> str:
-        """`unnest(...)` over one array argument per column, each cast to its SQL type."""
-        return f"unnest({', '.join(f'{self.arg(values)}::{kind}[]' for values, kind in columns)})"
+    def insert(
+        self, table: str, columns: Sequence[Column], *, key: Sequence[str] = (), of_session: bool = True
+    ) -> None:
+        """A CTE inserting rows into `table` when the step matched, each column passed as one array argument.
+        `of_session`: the rows take the step's tenant and session id. `key`: a conflict on it replaces the row's
+        other columns. Rows go in in their order, so a serial column numbers them in it (the transcript's)."""
+        names = [name for name, _, _ in columns]
+        arrays = ", ".join(f"{self.arg(values)}::{kind}[]" for _, values, kind in columns)
+        into = ["tenant", "session_id", *names] if of_session else names
+        values = ["$12", "$13", *names] if of_session else names
+        sql = (
+            f"{table}_in AS (INSERT INTO {table} ({', '.join(into)}) SELECT {', '.join(values)}"  # noqa: S608 - names and placeholders only
+            f" FROM unnest({arrays}) WITH ORDINALITY AS r({', '.join(names)}, place)"
+            " WHERE EXISTS (SELECT 1 FROM step) ORDER BY r.place"
+        )
+        if key:
+            updated = ", ".join(f"{name}=EXCLUDED.{name}" for name in into if name not in key)
+            sql += f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updated}"
+        self.ctes.append(sql + ")")
 
     def sql(self, main: str) -> str:
         return f"WITH {', '.join(self.ctes)} {main}"
 
 
 def _events(statement: _Statement, batch: WriteBatch) -> bool:
-    if not batch.events:
-        return False
     events = batch.events
-    rows = statement.unnest(
-        ([e.sequence for e in events], "bigint"),
-        ([e.run_id for e in events], "text"),
-        ([to_us(e.create_time) for e in events], "bigint"),
-        ([codec.EVENT_BODY.dumps(e.body) for e in events], "text"),
-    )
-    statement.ctes.append(
-        "events_in AS (INSERT INTO events (tenant, session_id, sequence, run_id, create_time_us, body_json)"  # noqa: S608 - placeholders only
-        f" SELECT $12, $13, * FROM {rows} WHERE EXISTS (SELECT 1 FROM step))"
+    if not events:
+        return False
+    statement.insert(
+        "events",
+        [
+            ("sequence", [e.sequence for e in events], "bigint"),
+            ("run_id", [e.run_id for e in events], "text"),
+            ("create_time_us", [to_us(e.create_time) for e in events], "bigint"),
+            ("body_json", [codec.EVENT_BODY.dumps(e.body) for e in events], "text"),
+        ],
     )
     return True
 
 
 def _history(statement: _Statement, batch: WriteBatch) -> bool:
-    if not batch.history or batch.replace_history:
-        return False
     messages = batch.history
-    rows = statement.unnest(
-        ([batch.history_base + i for i in range(len(messages))], "bigint"),
-        ([m.run_id for m in messages], "text"),
-        ([m.format_version for m in messages], "integer"),
-        ([codec.HISTORY_MESSAGE.dumps(m) for m in messages], "text"),
+    if not messages or batch.replace_history:
+        return False
+    statement.insert(
+        "history",
+        [
+            ("idx", [batch.history_base + i for i in range(len(messages))], "bigint"),
+            ("run_id", [m.run_id for m in messages], "text"),
+            ("format_version", [m.format_version for m in messages], "integer"),
+            ("message_json", [codec.HISTORY_MESSAGE.dumps(m) for m in messages], "text"),
+        ],
+        key=("tenant", "session_id", "idx"),
     )
-    statement.ctes.append(
-        "history_in AS (INSERT INTO history (tenant, session_id, idx, run_id, format_version, message_json)"  # noqa: S608 - placeholders only
-        f" SELECT $12, $13, * FROM {rows} WHERE EXISTS (SELECT 1 FROM step)"
-        " ON CONFLICT (tenant, session_id, idx) DO UPDATE SET run_id=EXCLUDED.run_id,"
-        " format_version=EXCLUDED.format_version, message_json=EXCLUDED.message_json)"
+    return True
+
+
+def _transcript(statement: _Statement, batch: WriteBatch) -> bool:
+    """The entries in their order: `insert` takes them in their order, so their entry ids (a sequence, drawn row by
+    row as rows are inserted) keep the order the transcript is read in."""
+    entries = batch.transcript
+    if not entries or batch.clear_transcript:
+        return False
+    statement.insert(
+        "transcript",
+        [
+            ("sequence", [e.sequence for e in entries], "bigint"),
+            ("run_id", [e.run_id for e in entries], "text"),
+            ("timestamp_us", [to_us(e.timestamp) for e in entries], "bigint"),
+            ("entry_json", [codec.TRANSCRIPT_BODY.dumps(e.body) for e in entries], "text"),
+        ],
     )
     return True
 
@@ -164,62 +199,43 @@ def _distinct_calls(batch: WriteBatch) -> bool:
     return len({(c.tenant, c.session_id, c.call_id) for c in batch.tool_calls}) == len(batch.tool_calls)
 
 
-def _tool_calls(statement: _Statement, batch: WriteBatch) -> bool:
-    calls = batch.tool_calls
-    if not calls or not _distinct_calls(batch):
-        return False
-    rows = statement.unnest(
-        *(([getattr(c, name) for c in calls], "text") for name in ("tenant", "session_id", "call_id", "run_id")),
-        ([c.round_index for c in calls], "bigint"),
-        ([c.position for c in calls], "bigint"),
-        ([c.kind.value for c in calls], "text"),
-        ([c.status.value for c in calls], "text"),
-        ([to_us(c.deadline) if c.deadline else None for c in calls], "bigint"),
-        ([codec.TOOL_CALL.dumps(c) for c in calls], "text"),
-    )
-    statement.ctes.append(
-        "tool_calls_in AS (INSERT INTO tool_calls (tenant, session_id, call_id, run_id, round_index, position, kind,"  # noqa: S608 - placeholders only
-        f" status, deadline_us, record_json) SELECT * FROM {rows} WHERE EXISTS (SELECT 1 FROM step)"
-        " ON CONFLICT (tenant, session_id, call_id) DO UPDATE SET run_id=EXCLUDED.run_id,"
-        " round_index=EXCLUDED.round_index, position=EXCLUDED.position, kind=EXCLUDED.kind,"
-        " status=EXCLUDED.status, deadline_us=EXCLUDED.deadline_us, record_json=EXCLUDED.record_json)"
-    )
-    return True
-
-
-def _transcript(statement: _Statement, batch: WriteBatch) -> bool:
-    """The entries in their order: the INSERT takes them sorted by their place in the arrays, so their entry ids
-    (a sequence, drawn row by row as rows are inserted) keep the order the transcript is read in."""
-    if not batch.transcript or batch.clear_transcript:
-        return False
-    entries = batch.transcript
-    rows = statement.unnest(
-        ([e.sequence for e in entries], "bigint"),
-        ([e.run_id for e in entries], "text"),
-        ([to_us(e.timestamp) for e in entries], "bigint"),
-        ([codec.TRANSCRIPT_BODY.dumps(e.body) for e in entries], "text"),
-    )
-    statement.ctes.append(
-        "transcript_in AS (INSERT INTO transcript (tenant, session_id, sequence, run_id, timestamp_us, entry_json)"  # noqa: S608 - placeholders only
-        f" SELECT $12, $13, e.sequence, e.run_id, e.timestamp_us, e.entry_json FROM {rows} WITH ORDINALITY"
-        " AS e(sequence, run_id, timestamp_us, entry_json, place) WHERE EXISTS (SELECT 1 FROM step) ORDER BY e.place)"
-    )
-    return True
-
-
 def _runs(statement: _Statement, batch: WriteBatch) -> bool:
     runs = batch.runs
     if not runs or not _distinct_runs(batch):
         return False
-    rows = statement.unnest(
-        *(([getattr(r, name) for r in runs], "text") for name in ("tenant", "session_id", "run_id", "request_id")),
-        ([r.status.value for r in runs], "text"),
-        ([codec.RUN_RECORD.dumps(r) for r in runs], "text"),
+    named = [(name, [getattr(r, name) for r in runs], "text") for name in ("tenant", "session_id", "run_id")]
+    statement.insert(
+        "runs",
+        [
+            *named,
+            ("request_id", [r.request_id for r in runs], "text"),
+            ("status", [r.status.value for r in runs], "text"),
+            ("record_json", [codec.RUN_RECORD.dumps(r) for r in runs], "text"),
+        ],
+        key=("tenant", "session_id", "run_id"),
+        of_session=False,
     )
-    statement.ctes.append(
-        "runs_in AS (INSERT INTO runs (tenant, session_id, run_id, request_id, status, record_json)"  # noqa: S608 - placeholders only
-        f" SELECT * FROM {rows} WHERE EXISTS (SELECT 1 FROM step)"
-        " ON CONFLICT (tenant, session_id, run_id) DO UPDATE SET request_id=EXCLUDED.request_id,"
-        " status=EXCLUDED.status, record_json=EXCLUDED.record_json)"
+    return True
+
+
+def _tool_calls(statement: _Statement, batch: WriteBatch) -> bool:
+    calls = batch.tool_calls
+    if not calls or not _distinct_calls(batch):
+        return False
+    named = [(name, [getattr(c, name) for c in calls], "text") for name in ("tenant", "session_id", "call_id")]
+    statement.insert(
+        "tool_calls",
+        [
+            *named,
+            ("run_id", [c.run_id for c in calls], "text"),
+            ("round_index", [c.round_index for c in calls], "bigint"),
+            ("position", [c.position for c in calls], "bigint"),
+            ("kind", [c.kind.value for c in calls], "text"),
+            ("status", [c.status.value for c in calls], "text"),
+            ("deadline_us", [to_us(c.deadline) if c.deadline else None for c in calls], "bigint"),
+            ("record_json", [codec.TOOL_CALL.dumps(c) for c in calls], "text"),
+        ],
+        key=("tenant", "session_id", "call_id"),
+        of_session=False,
     )
     return True
