@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from general_agent.testing import FakeAnthropic
+from general_agent_server.api.transport import ListenError
 from general_agent_server.app import start_server
 from general_agent_server.config import load_settings
 from tests.conftest import TEST_API_KEY, ServerFactory
@@ -29,7 +30,7 @@ async def test_a_failed_start_leaves_no_thread_behind(
             "GENERAL_AGENT_STATE_DIR": str(tmp_path / "second"),
         },
     )
-    with pytest.raises(RuntimeError, match=r"Failed to bind|could not bind"):
+    with pytest.raises(ListenError, match=r"^listen: cannot bind .*: Address already in use$"):
         await start_server(settings)
     # The event loop's default executor (threads named asyncio_N) belongs to the test's loop, which shuts it down
     # when it closes; start-up uses it for a mkdir, and under load it may add a thread for that.

@@ -163,8 +163,6 @@ async def _start_parts(settings: ServerSettings, cleanup: contextlib.AsyncExitSt
         await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     host, _, _ = settings.listen.rpartition(":")
     port = transport.add_port(server, settings)
-    if port == 0:
-        raise OSError(f"could not bind {settings.listen}")
     await server.start()
     cleanup.push_async_callback(server.stop, 0)
     # Health stays NOT_SERVING until start-up recovery has finished.

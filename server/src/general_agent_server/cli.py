@@ -54,9 +54,14 @@ def main(argv: list[str] | None = None) -> int:
 
         serve_args = (argv if argv is not None else sys.argv[1:])[1:]  # after "serve"
         return Workers(settings, strip_workers(serve_args)).run()
+    from general_agent_server.api.transport import ListenError
     from general_agent_server.app import serve
 
-    asyncio.run(serve(settings))
+    try:
+        asyncio.run(serve(settings))
+    except ListenError as exc:
+        print(f"general-agent: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -3,6 +3,7 @@ channel options (message sizes, keepalive, connection age) and the port's creden
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +59,36 @@ def server_credentials(settings: ServerSettings) -> grpc.ServerCredentials | Non
     return grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=ca is not None)
 
 
+class ListenError(Exception):
+    """The server cannot listen where the `listen` setting says: the port is taken, or the host is not this
+    machine's. `general-agent serve` prints it as one line and exits 1."""
+
+
 def add_port(server: grpc.aio.Server, settings: ServerSettings) -> int:
+    """Binds `listen` and answers the port bound (the one picked for port 0), or raises ListenError."""
     credentials = server_credentials(settings)
-    if credentials is None:
-        return server.add_insecure_port(settings.listen)
-    return server.add_secure_port(settings.listen, credentials)
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(settings.listen)
+        else:
+            port = server.add_secure_port(settings.listen, credentials)
+    except RuntimeError:  # grpc's "Failed to bind to address", which does not say why
+        port = 0
+    if port == 0:
+        raise ListenError(f"listen: cannot bind {settings.listen}: {_why(settings.listen)}")
+    return port
+
+
+def _why(address: str) -> str:
+    """Why `address` (HOST:PORT) cannot be bound, found by binding a socket to it the same way: the system's
+    reason ("Address already in use", "Cannot assign requested address") when it gives one."""
+    host, _, port = address.rpartition(":")
+    try:
+        infos = socket.getaddrinfo(host.strip("[]") or None, int(port), type=socket.SOCK_STREAM)
+        for family, kind, protocol, _, where in infos:
+            with socket.socket(family, kind, protocol) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(where)
+    except (OSError, ValueError) as error:
+        return getattr(error, "strerror", None) or str(error)
+    return "gRPC could not bind it"

@@ -1,0 +1,39 @@
+"""`general-agent serve` on an address it cannot bind: one line naming the setting, the address and the system's
+reason, exit code 1, and no traceback."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.e2e.snippets import client_env
+
+
+def _serve(listen: str, state_dir: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "general_agent_server", "serve", "--listen", listen, "--state-dir", str(state_dir)]
+    argv += flags
+    return subprocess.run(argv, env=client_env(), capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_a_port_in_use_is_one_line_and_exit_code_1(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        listen = f"127.0.0.1:{taken.getsockname()[1]}"
+        result = _serve(listen, tmp_path / "state")
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == f"general-agent: listen: cannot bind {listen}: Address already in use"
+
+
+def test_an_address_not_of_this_machine_names_the_reason(tmp_path: Path) -> None:
+    # 192.0.2.0/24 is TEST-NET-1 (RFC 5737): never a local address.
+    result = _serve("192.0.2.1:50051", tmp_path / "state", "--insecure-listen")
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "general-agent: listen: cannot bind 192.0.2.1:50051: Cannot assign requested address"
+    )
