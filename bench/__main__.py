@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 import traceback
@@ -58,7 +59,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short smoke run (few iterations)")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     parser.add_argument("--details", action="store_true", help="print every benchmark's full report too")
+    parser.add_argument(
+        "--loop-iterations",
+        action="store_true",
+        help="concurrency: also time the server's loop iterations (their callbacks; costs the server a few percent)",
+    )
     args = parser.parse_args(argv)
+    if args.loop_iterations:
+        os.environ["BENCH_LOOP_ITERATIONS"] = "1"  # the servers the benchmarks start inherit it
 
     if args.list:
         for name, bench in BENCHMARKS.items():

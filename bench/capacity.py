@@ -6,7 +6,8 @@
   phases alternate. Turns/s, errors, and the server's event-loop lag p99 during the 200-session phases
   (bench.serve_probe's 10 ms sleep probe) against the same probe on the bare SDK's loop (this process) during
   its phases: at saturation a loop's lag is the work queued on it, and the baseline shows how much of that any
-  client of one core pays.
+  client of one core pays. With `--loop-iterations` the report adds how long the server's loop iterations spend
+  in callbacks during those phases (bench.serve_probe), the work a due timer waits behind.
 - `memory`: RSS growth of the server per idle loaded session (1,000 sessions, one turn each, all kept in
   the idle cache) and per open WatchSession stream (1,000 streams).
 """
@@ -33,7 +34,7 @@ from bench.harness import (
     start_fast_fake,
 )
 from bench.processes import process_rss_kb
-from bench.serve_probe import probe
+from bench.serve_probe import iterations_file, probe
 from general_agent.v1 import turn_pb2
 
 LEVELS: Final = (50, 200)
@@ -61,12 +62,19 @@ async def closed_loop(count: int, seconds: float, turn: Callable[[int], Awaitabl
     return done / min(seconds, time.perf_counter() - t0), errors
 
 
-def _lag(pid: int, path: Any) -> list[float]:
+def _lag(pid: int, path: Any, iterations: list[float] | None = None) -> list[float]:
+    """The server's lag samples since the previous call (its iteration times, when recorded, into `iterations`)."""
     os.kill(pid, signal.SIGUSR1)
     for _ in range(200):
         with contextlib.suppress(OSError, ValueError):
             data: list[float] = json.loads(path.read_text())
             path.unlink()
+            with contextlib.suppress(OSError, ValueError):
+                # Written before the lag samples, so present once they are, if recorded at all.
+                spent = json.loads(iterations_file(path).read_text())
+                iterations_file(path).unlink()
+                if iterations is not None:
+                    iterations.extend(spent)
             return data
         time.sleep(0.01)
     return []
@@ -83,8 +91,16 @@ async def _probed_loop(
         probing.cancel()
 
 
-def _lag_row(lag: list[float], base_lag: list[float], figures: dict[str, Any]) -> dict[str, Any]:
+def _lag_row(
+    lag: list[float], base_lag: list[float], iterations: list[float], figures: dict[str, Any]
+) -> dict[str, Any]:
     """The loop-lag row (sorted samples, ms): the server's p99 against the bare SDK's own loop."""
+    if iterations:
+        spent = sorted(iterations)
+        figures[f"loop iterations under {LEVELS[-1]} sessions: count / callback ms p50 / p90 / p99 / max"] = (
+            f"{len(spent)} / {percentile(spent, 50):.2f} / {percentile(spent, 90):.2f} / "
+            f"{percentile(spent, 99):.2f} / {spent[-1]:.2f}"
+        )
     figures["loop lag samples / max ms"] = f"{len(lag)} / {lag[-1] if lag else float('nan'):.2f}"
     figures["bare SDK loop lag samples / p50 / max ms"] = (
         f"{len(base_lag)} / {percentile(base_lag, 50):.2f} / {base_lag[-1] if base_lag else float('nan'):.2f}"
@@ -108,6 +124,7 @@ async def concurrency(ctx: BenchContext) -> Result:
         template = fake_last(base_url)
         rows: list[dict[str, Any]] = []
         lag: list[float] = []
+        iterations: list[float] = []  # the server's loop iterations' callback ms, with --loop-iterations
         base_lag: list[float] = []  # the bare SDK's loop (this process) during its phases, for comparison
         figures: dict[str, Any] = {}
         for count in LEVELS:
@@ -143,7 +160,7 @@ async def concurrency(ctx: BenchContext) -> Result:
                 svc_rates.append(rate)
                 errors[1] += err
                 if count == LEVELS[-1]:
-                    lag += _lag(service.pid, lag_file)
+                    lag += _lag(service.pid, lag_file, iterations)
                 figures[f"{count} sessions: client CPU % during service phase"] = round(
                     100 * window.self_cpu / window.wall, 1
                 )
@@ -157,7 +174,7 @@ async def concurrency(ctx: BenchContext) -> Result:
             if failures:
                 figures[f"{count} sessions: first service error"] = failures[0]
             rows.append(r)
-        rows.append(_lag_row(sorted(lag), sorted(base_lag), figures))
+        rows.append(_lag_row(sorted(lag), sorted(base_lag), iterations, figures))
     return {
         "benchmark": "concurrency",
         "title": "turns/s of one process under concurrent sessions",
