@@ -1,5 +1,6 @@
 """`general-agent serve` on an address it cannot bind: one line naming the setting, the address and the system's
-reason, exit code 1, and no traceback."""
+reason, exit code 1, and no traceback; with `--workers`, the supervisor stops rather than restart workers that
+cannot start."""
 
 from __future__ import annotations
 
@@ -37,3 +38,29 @@ def test_an_address_not_of_this_machine_names_the_reason(tmp_path: Path) -> None
     assert result.stderr.strip().splitlines()[-1] == (
         "general-agent: listen: cannot bind 192.0.2.1:50051: Cannot assign requested address"
     )
+
+
+def _running_with(text: str) -> list[int]:
+    """Processes whose command line holds `text`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text in cmdline.read_bytes().decode(errors="replace"):
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_workers_that_cannot_bind_stop_the_supervisor_instead_of_restarting_forever(tmp_path: Path) -> None:
+    state_dir = tmp_path / "workers-state"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        listen = f"127.0.0.1:{taken.getsockname()[1]}"
+        result = _serve(listen, state_dir, "--workers", "2")
+    assert result.returncode == 1, result.stderr
+    assert f"general-agent: listen: cannot bind {listen}: Address already in use" in result.stderr.splitlines()
+    assert "before it was serving; stopping the others" in result.stderr
+    assert "restarting it" not in result.stderr
+    assert _running_with(str(state_dir)) == []

@@ -1,6 +1,7 @@
 """`general-agent serve --workers N`: N server processes on one listening port (SO_REUSEPORT: the kernel spreads
 connections over them) and one store, each a replica of its own (`replica_id`-1 … -N, the same id across its
-restarts so it repairs its own interrupted runs at once). This supervisor starts them, restarts one that dies,
+restarts so it repairs its own interrupted runs at once). This supervisor starts them, restarts one that dies
+after it was serving (one that dies before is a failed start: serve stops them all and exits with its code),
 writes the ready file once every worker is serving, and passes SIGTERM/SIGINT on (docs/deployment.md)."""
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ class Workers:
                 return max(codes, default=0)
             for index, process in enumerate(self._processes):
                 if process is not None and process.poll() is not None and not self._stopping:
+                    if not self._ready[index].exists():
+                        return self._give_up(index, process.returncode)
                     logger.warning(
                         "worker %d exited with %s; restarting it",
                         index + 1,
@@ -97,6 +100,22 @@ class Workers:
                 write_ready_file(self._settings.ready_file, self._listen)
                 announced = True
             time.sleep(0.1)
+
+    def _give_up(self, index: int, code: int) -> int:
+        """A worker that exits before it serves failed to start (the port is taken, a setting or the store is
+        wrong): restarting it would fail the same way forever, so every worker is stopped and serve exits with
+        its code. The worker has printed why."""
+        logger.error(
+            "worker %d exited with %s before it was serving; stopping the others",
+            index + 1,
+            code,
+            extra={"category": "system"},
+        )
+        self._stop(signal.SIGTERM, None)
+        for process in self._processes:
+            if process is not None:
+                process.wait()
+        return code if code > 0 else 1
 
 
 def strip_workers(argv: list[str]) -> list[str]:
