@@ -46,6 +46,12 @@ def test_invalid_values_name_the_setting(tmp_path: Path) -> None:
     assert load_settings(None, {"GENERAL_AGENT_LISTEN": "0.0.0.0:1", "GENERAL_AGENT_INSECURE_LISTEN": "true"})
     with pytest.raises(ConfigError, match="ANTHROPIC_BASE_URL"):
         load_settings(None, {"ANTHROPIC_BASE_URL": "https://api.anthropic.com/v1"})
+    # grpc would bind 99999 modulo 65536 (34463), a port nobody asked for.
+    with pytest.raises(ConfigError, match=r"^listen: port 99999 is out of range \(0-65535"):
+        load_settings(None, {"GENERAL_AGENT_LISTEN": "127.0.0.1:99999"})
+    with pytest.raises(ConfigError, match=r"^metrics_listen: port 65536 is out of range"):
+        load_settings(None, {"GENERAL_AGENT_METRICS_LISTEN": "127.0.0.1:65536"})
+    assert load_settings(None, {"GENERAL_AGENT_LISTEN": "127.0.0.1:65535"}).listen == "127.0.0.1:65535"
     bad = tmp_path / "bad.toml"
     bad.write_text('lisen = "x"\n')
     with pytest.raises(ConfigError, match="unknown setting"):

@@ -25,7 +25,7 @@ from general_agent_server.api.hook_client import GrpcHookDialer
 from general_agent_server.api.reflection import enable_server_reflection
 from general_agent_server.api.server_limits import server_limits
 from general_agent_server.api.servicer import AgentServicer
-from general_agent_server.config import ConfigError, ServerSettings
+from general_agent_server.config import ConfigError, ServerSettings, StartError
 from general_agent_server.exports.event_log import EventLog
 from general_agent_server.exports.transcript_export import TranscriptExporter
 from general_agent_server.hooks.registrations import HookDialer
@@ -38,7 +38,7 @@ from general_agent_server.observability.metered_model import MeteredModelClient
 from general_agent_server.observability.port import Observer
 from general_agent_server.observability.setup import Observability, start_observability
 from general_agent_server.security.redaction import register_secret
-from general_agent_server.store.port import SessionStore
+from general_agent_server.store.port import SessionStore, StoreError
 from general_agent_server.store.postgres import PostgresSessionStore, parse_store_url
 from general_agent_server.store.sqlite import DB_FILE_NAME, SqliteSessionStore
 from general_agent_server.tools.catalog import builtin_catalog
@@ -131,9 +131,15 @@ async def start_server(settings: ServerSettings) -> RunningServer:
 
 async def _start_parts(settings: ServerSettings, cleanup: contextlib.AsyncExitStack) -> RunningServer:
     state_dir = Path(settings.state_dir)
-    await asyncio.to_thread(state_dir.mkdir, parents=True, exist_ok=True, mode=0o700)
+    try:
+        await asyncio.to_thread(state_dir.mkdir, parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise StartError(f"state_dir: cannot create {state_dir}: {exc.strerror or exc}") from None
     store = open_store(settings, os.environ)
-    await store.open()
+    try:
+        await store.open()
+    except StoreError as exc:
+        raise StartError(f"store: {exc}") from None
     cleanup.push_async_callback(store.close)
     model = AnthropicModelClient(timeout_seconds=settings.model_request_timeout, max_retries=settings.model_max_retries)
     cleanup.push_async_callback(model.close)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from general_agent_server import __version__, console
-from general_agent_server.config import ConfigError, add_flags, load_settings, settings_table_markdown
+from general_agent_server.config import ConfigError, StartError, add_flags, load_settings, settings_table_markdown
 from general_agent_server.config.docs import configuration_page
 from general_agent_server.hardening import harden_process
 from general_agent_server.logging_setup import configure_logging
@@ -54,12 +54,11 @@ def main(argv: list[str] | None = None) -> int:
 
         serve_args = (argv if argv is not None else sys.argv[1:])[1:]  # after "serve"
         return Workers(settings, strip_workers(serve_args)).run()
-    from general_agent_server.api.transport import ListenError
     from general_agent_server.app import serve
 
     try:
         asyncio.run(serve(settings))
-    except ListenError as exc:
+    except StartError as exc:
         print(f"general-agent: {exc}", file=sys.stderr)
         return 1
     return 0

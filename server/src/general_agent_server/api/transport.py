@@ -12,7 +12,7 @@ import grpc
 from general_agent_server.api.auth_interceptor import AuthInterceptor, open_prefixes
 from general_agent_server.api.interceptors import RequestContextInterceptor
 from general_agent_server.auth import Authenticator
-from general_agent_server.config import ServerSettings
+from general_agent_server.config import ServerSettings, StartError
 from general_agent_server.observability.port import Observer
 
 
@@ -59,9 +59,9 @@ def server_credentials(settings: ServerSettings) -> grpc.ServerCredentials | Non
     return grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=ca is not None)
 
 
-class ListenError(Exception):
+class ListenError(StartError):
     """The server cannot listen where the `listen` setting says: the port is taken, or the host is not this
-    machine's. `general-agent serve` prints it as one line and exits 1."""
+    machine's."""
 
 
 def add_port(server: grpc.aio.Server, settings: ServerSettings) -> int:

@@ -3,6 +3,7 @@
 
 from general_agent_server.config.checks import ConfigError
 from general_agent_server.config.docs import settings_table_markdown
+from general_agent_server.config.errors import StartError
 from general_agent_server.config.loading import add_flags, load_settings
 from general_agent_server.config.table import MIB, SETTINGS, ServerSettings, Setting, host_list
 
@@ -12,6 +13,7 @@ __all__ = [
     "ConfigError",
     "ServerSettings",
     "Setting",
+    "StartError",
     "add_flags",
     "host_list",
     "load_settings",

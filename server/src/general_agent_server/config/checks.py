@@ -6,7 +6,7 @@ from urllib.parse import urlsplit
 
 from general_agent_server.config.errors import ConfigError
 from general_agent_server.config.table import INPUT_LIMIT_NAMES, ServerSettings
-from general_agent_server.config.trust_checks import check_trust
+from general_agent_server.config.trust_checks import check_trust, host_and_port
 from general_agent_server.hooks.plugins import PluginMode
 from general_agent_server.memory.settings import BACKENDS, MAX_BUDGET_CHARS, MAX_TOP_K
 from general_agent_server.tools.shell.command_user import CommandUserError, command_user
@@ -15,9 +15,7 @@ __all__ = ["ConfigError", "validate"]
 
 
 def validate(settings: ServerSettings) -> None:
-    host, sep, port = settings.listen.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise ConfigError(f"listen: expected HOST:PORT, got {settings.listen!r}")
+    host = host_and_port("listen", settings.listen)
     loopback = host in ("127.0.0.1", "localhost", "[::1]", "::1") or host.startswith("127.")
     if not loopback and not settings.insecure_listen and not settings.auth.enabled:
         raise ConfigError(

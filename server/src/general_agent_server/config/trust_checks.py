@@ -10,6 +10,16 @@ from general_agent_server.config.table import ServerSettings
 TRACING = ("off", "otlp", "console")
 
 
+def host_and_port(name: str, value: str) -> str:
+    """The host of HOST:PORT setting `name`, whose port must be 0 (any free one) to 65535."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ConfigError(f"{name}: expected HOST:PORT, got {value!r}")
+    if int(port) > 65535:
+        raise ConfigError(f"{name}: port {port} is out of range (0-65535; 0 picks a free port)")
+    return host
+
+
 def check_trust(settings: ServerSettings) -> None:
     if bool(settings.tls_cert_file) != bool(settings.tls_key_file):
         raise ConfigError("tls_cert_file: set both tls_cert_file and tls_key_file, or neither")
@@ -35,9 +45,7 @@ def check_trust(settings: ServerSettings) -> None:
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{name}: must be positive")
     if settings.metrics_listen:
-        host, sep, port = settings.metrics_listen.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ConfigError(f"metrics_listen: expected HOST:PORT, got {settings.metrics_listen!r}")
+        host_and_port("metrics_listen", settings.metrics_listen)
     if settings.auth.enabled and settings.workspace_mode == "shared":
         raise ConfigError(
             "workspace_mode: shared puts every tenant's files in one directory; use per_session with auth"

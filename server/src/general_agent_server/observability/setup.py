@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from general_agent_server.config import ServerSettings
+from general_agent_server.config import ServerSettings, StartError
 from general_agent_server.observability.fanout import Fanout
 from general_agent_server.observability.metrics import MetricsServer, PrometheusMetrics, serve_metrics
 from general_agent_server.observability.port import Observer, Spans
@@ -41,7 +41,12 @@ def start_observability(settings: ServerSettings) -> Observability:
     try:
         if settings.metrics_listen:
             found.metrics = PrometheusMetrics()
-            found.metrics_server = serve_metrics(found.metrics, settings.metrics_listen)
+            try:
+                found.metrics_server = serve_metrics(found.metrics, settings.metrics_listen)
+            except OSError as exc:
+                raise StartError(
+                    f"metrics_listen: cannot bind {settings.metrics_listen}: {exc.strerror or exc}"
+                ) from None
             observers.append(found.metrics)
         if settings.tracing != "off":
             found.tracing = start_tracing(settings.tracing)

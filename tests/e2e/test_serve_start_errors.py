@@ -1,6 +1,7 @@
-"""`general-agent serve` on an address it cannot bind: one line naming the setting, the address and the system's
-reason, exit code 1, and no traceback; with `--workers`, the supervisor stops rather than restart workers that
-cannot start."""
+"""`general-agent serve` with settings it cannot start with (an address it cannot bind, for gRPC or for metrics, a
+state_dir it cannot create, a store it cannot reach): one line naming the setting and the system's reason, exit
+code 1, and no traceback; with `--workers`, the supervisor stops rather than restart workers that cannot
+start."""
 
 from __future__ import annotations
 
@@ -38,6 +39,37 @@ def test_an_address_not_of_this_machine_names_the_reason(tmp_path: Path) -> None
     assert result.stderr.strip().splitlines()[-1] == (
         "general-agent: listen: cannot bind 192.0.2.1:50051: Cannot assign requested address"
     )
+
+
+def _last_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_a_metrics_port_in_use_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        metrics = f"127.0.0.1:{taken.getsockname()[1]}"
+        result = _serve("127.0.0.1:0", tmp_path / "state", "--metrics-listen", metrics)
+    assert _last_line(result) == f"general-agent: metrics_listen: cannot bind {metrics}: Address already in use"
+
+
+def test_a_state_dir_that_cannot_be_created_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    state_dir = tmp_path / "a-file" / "state"
+    result = _serve("127.0.0.1:0", state_dir)
+    assert _last_line(result) == f"general-agent: state_dir: cannot create {state_dir}: Not a directory"
+
+
+def test_a_store_that_cannot_be_reached_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    store = f"postgresql://agent@127.0.0.1:{port}/agents"
+    result = _serve("127.0.0.1:0", tmp_path / "state", "--store", store)
+    assert _last_line(result).startswith(f"general-agent: store: cannot connect to {store}: ")
 
 
 def _running_with(text: str) -> list[int]:
