@@ -192,8 +192,7 @@ MIGRATIONS: tuple[str, ...] = (
 def migrate(conn: sqlite3.Connection, path: Path) -> None:
     """Brings the file at `path` to the newest schema, one transaction per step. A file newer than this
     code raises StoreError and is left as it is (no downgrade)."""
-    row = conn.execute("PRAGMA user_version").fetchone()
-    current = int(row[0]) if row else 0
+    current = _user_version(conn)
     if current > len(MIGRATIONS):
         raise StoreError(
             f"state file {path} has schema version {current}, newer than this server "
@@ -202,4 +201,18 @@ def migrate(conn: sqlite3.Connection, path: Path) -> None:
     for version in range(current + 1, len(MIGRATIONS) + 1):
         logger.info("migrating state schema to version %d", version, extra={"category": "system"})
         script = MIGRATIONS[version - 1]
-        conn.executescript(f"BEGIN;\n{script}\nPRAGMA user_version={version};\nCOMMIT;")
+        try:
+            conn.executescript(f"BEGIN;\n{script}\nPRAGMA user_version={version};\nCOMMIT;")
+        except sqlite3.OperationalError:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            # Processes opening a new file together (`serve --workers`) all read version 0; the first to take the
+            # write lock migrates, and the others' first statement then fails on what it created.
+            if _user_version(conn) >= version:
+                continue
+            raise
+
+
+def _user_version(conn: sqlite3.Connection) -> int:
+    row = conn.execute("PRAGMA user_version").fetchone()
+    return int(row[0]) if row else 0
