@@ -191,26 +191,46 @@ MIGRATIONS: tuple[str, ...] = (
 
 def migrate(conn: sqlite3.Connection, path: Path) -> None:
     """Brings the file at `path` to the newest schema, one transaction per step. A file newer than this
-    code raises StoreError and is left as it is (no downgrade)."""
-    current = _user_version(conn)
-    if current > len(MIGRATIONS):
-        raise StoreError(
-            f"state file {path} has schema version {current}, newer than this server "
-            f"({len(MIGRATIONS)}); upgrade the server"
-        )
-    for version in range(current + 1, len(MIGRATIONS) + 1):
-        logger.info("migrating state schema to version %d", version, extra={"category": "system"})
-        script = MIGRATIONS[version - 1]
+    code raises StoreError and is left as it is (no downgrade).
+
+    Each step reads the version under the write lock (BEGIN IMMEDIATE): processes opening a new file together
+    (`serve --workers`) then apply each step once, the later ones finding it done."""
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.executescript(f"BEGIN;\n{script}\nPRAGMA user_version={version};\nCOMMIT;")
-        except sqlite3.OperationalError:
+            current = _user_version(conn)
+            if current > len(MIGRATIONS):
+                raise StoreError(
+                    f"state file {path} has schema version {current}, newer than this server "
+                    f"({len(MIGRATIONS)}); upgrade the server"
+                )
+            if current == len(MIGRATIONS):
+                conn.execute("COMMIT")
+                return
+            logger.info("migrating state schema to version %d", current + 1, extra={"category": "system"})
+            for statement in _statements(MIGRATIONS[current]):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version={current + 1}")
+            conn.execute("COMMIT")
+        except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            # Processes opening a new file together (`serve --workers`) all read version 0; the first to take the
-            # write lock migrates, and the others' first statement then fails on what it created.
-            if _user_version(conn) >= version:
-                continue
             raise
+
+
+def _statements(script: str) -> list[str]:
+    """The statements of a step, one per `execute` (`executescript` would commit the open transaction first); a
+    trigger's body stays whole."""
+    statements: list[str] = []
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            statements.append(pending)
+            pending = ""
+    if pending.strip():
+        raise StoreError(f"migration step ends mid-statement: {pending.strip()[:80]}")
+    return statements
 
 
 def _user_version(conn: sqlite3.Connection) -> int:
