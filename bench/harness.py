@@ -8,6 +8,7 @@ captured, and the history benchmark checks every turn's rebuilt body against the
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -28,6 +29,9 @@ from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_messages
 
 MODEL_REF: Final = "claude-haiku-4-5"  # no thinking by default: the first block is text
 PROMPT: Final = "hi"
+# A turn that takes longer than this is a hung server (a dead event loop keeps the process and its port alive),
+# not a slow one: the slowest benchmark turn, the first after resuming 10,000 messages, takes well under a second.
+TURN_DEADLINE_S: Final = 120.0
 _EPHEMERAL: Final = {"type": "ephemeral"}
 
 
@@ -119,10 +123,23 @@ class TurnSample(NamedTuple):
     tool_ids: tuple[str, ...] = ()
 
 
+@contextlib.asynccontextmanager
+async def _turn_deadline(session_id: str, seconds: float) -> Any:
+    """Fail a turn that outlives `seconds` with a BenchError naming the session, instead of waiting forever."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
+        raise BenchError(f"service turn on {session_id} got no run_finished within {seconds:g} s") from None
+
+
 class ServiceClient:
     """The service through the generated stubs over one channel (`options`: its channel arguments)."""
 
-    def __init__(self, address: str, options: Sequence[tuple[str, Any]] = ()) -> None:
+    def __init__(
+        self, address: str, options: Sequence[tuple[str, Any]] = (), turn_deadline_s: float = TURN_DEADLINE_S
+    ) -> None:
+        self.turn_deadline_s = turn_deadline_s
         self.channel = grpc.aio.insecure_channel(address, options=options)
         self.stub = agent_service_pb2_grpc.AgentServiceStub(self.channel)
 
@@ -137,16 +154,17 @@ class ServiceClient:
         text: list[str] = []
         finished: Any = None
         t0 = time.perf_counter_ns()
-        async for response in stream_turn(self.stub, session_id, prompt):
-            event = response.event
-            kind = event.WhichOneof("event")
-            if kind == "assistant_delta":
-                if not first:
-                    first = time.perf_counter_ns()
-                text.append(event.assistant_delta.text)
-            elif kind == "run_finished":
-                finished = event.run_finished
-                break
+        async with _turn_deadline(session_id, self.turn_deadline_s):
+            async for response in stream_turn(self.stub, session_id, prompt):
+                event = response.event
+                kind = event.WhichOneof("event")
+                if kind == "assistant_delta":
+                    if not first:
+                        first = time.perf_counter_ns()
+                    text.append(event.assistant_delta.text)
+                elif kind == "run_finished":
+                    finished = event.run_finished
+                    break
         end = time.perf_counter_ns()
         if finished is None or finished.outcome != event_pb2.RUN_OUTCOME_COMPLETED:
             raise BenchError(f"service turn did not complete: {finished}")
@@ -155,10 +173,11 @@ class ServiceClient:
     async def responses(self, session_id: str, prompt: str = PROMPT) -> list[bytes]:
         """One turn's StreamTurnResponses as the service serialised them, run_finished last."""
         got: list[bytes] = []
-        async for response in stream_turn(self.stub, session_id, prompt):
-            got.append(response.SerializeToString())
-            if response.event.WhichOneof("event") == "run_finished":
-                break
+        async with _turn_deadline(session_id, self.turn_deadline_s):
+            async for response in stream_turn(self.stub, session_id, prompt):
+                got.append(response.SerializeToString())
+                if response.event.WhichOneof("event") == "run_finished":
+                    break
         return got
 
     async def close(self) -> None:
