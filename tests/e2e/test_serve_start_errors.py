@@ -29,6 +29,7 @@ def test_a_port_in_use_is_one_line_and_exit_code_1(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last == f"general-agent: listen: cannot bind {listen}: Address already in use"
+    assert "add_port" not in result.stderr  # refused before gRPC tries, so gRPC logs no line of its own
 
 
 def test_an_address_not_of_this_machine_names_the_reason(tmp_path: Path) -> None:
@@ -39,6 +40,7 @@ def test_an_address_not_of_this_machine_names_the_reason(tmp_path: Path) -> None
     assert result.stderr.strip().splitlines()[-1] == (
         "general-agent: listen: cannot bind 192.0.2.1:50051: Cannot assign requested address"
     )
+    assert "add_port" not in result.stderr
 
 
 def _last_line(result: subprocess.CompletedProcess[str]) -> str:

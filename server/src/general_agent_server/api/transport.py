@@ -65,7 +65,14 @@ class ListenError(StartError):
 
 
 def add_port(server: grpc.aio.Server, settings: ServerSettings) -> int:
-    """Binds `listen` and answers the port bound (the one picked for port 0), or raises ListenError."""
+    """Binds `listen` and answers the port bound (the one picked for port 0), or raises ListenError.
+
+    An address no socket can bind is refused before gRPC tries it, so the error is this one line and not gRPC's
+    own log line too. With `reuse_port` (workers sharing the port) gRPC's bind is the only test."""
+    if not settings.reuse_port:
+        reason = _bind_failure(settings.listen)
+        if reason is not None:
+            raise ListenError(f"listen: cannot bind {settings.listen}: {reason}")
     credentials = server_credentials(settings)
     try:
         if credentials is None:
@@ -75,20 +82,28 @@ def add_port(server: grpc.aio.Server, settings: ServerSettings) -> int:
     except RuntimeError:  # grpc's "Failed to bind to address", which does not say why
         port = 0
     if port == 0:
-        raise ListenError(f"listen: cannot bind {settings.listen}: {_why(settings.listen)}")
+        reason = _bind_failure(settings.listen) or "gRPC could not bind it"
+        raise ListenError(f"listen: cannot bind {settings.listen}: {reason}")
     return port
 
 
-def _why(address: str) -> str:
-    """Why `address` (HOST:PORT) cannot be bound, found by binding a socket to it the same way: the system's
-    reason ("Address already in use", "Cannot assign requested address") when it gives one."""
+def _bind_failure(address: str) -> str | None:
+    """Why no address `address` (HOST:PORT) resolves to can be bound, found by binding a socket to each the way
+    gRPC does (SO_REUSEADDR): the system's reason ("Address already in use", "Cannot assign requested address"),
+    or None when one of them binds. gRPC serves when it binds any of them (localhost's IPv4 without its IPv6)."""
     host, _, port = address.rpartition(":")
+    first: str | None = None
     try:
         infos = socket.getaddrinfo(host.strip("[]") or None, int(port), type=socket.SOCK_STREAM)
-        for family, kind, protocol, _, where in infos:
+    except (OSError, ValueError) as error:
+        return getattr(error, "strerror", None) or str(error)
+    for family, kind, protocol, _, where in infos:
+        try:
             with socket.socket(family, kind, protocol) as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 probe.bind(where)
-    except (OSError, ValueError) as error:
-        return getattr(error, "strerror", None) or str(error)
-    return "gRPC could not bind it"
+        except OSError as error:
+            first = first or error.strerror or str(error)
+        else:
+            return None
+    return first or "it resolves to no address"
