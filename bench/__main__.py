@@ -64,7 +64,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="concurrency: also time the server's loop iterations (their callbacks; costs the server a few percent)",
     )
+    parser.add_argument(
+        "--long-steps",
+        type=float,
+        metavar="MS",
+        help="concurrency: also tally the server's loop callbacks longer than MS by where their task steps began and"
+        " ended (costs the server a few microseconds per step)",
+    )
     args = parser.parse_args(argv)
+    if args.long_steps is not None:
+        if args.long_steps <= 0:
+            parser.error(f"--long-steps: expected milliseconds above 0, got {args.long_steps:g}")
+        os.environ["BENCH_LONG_STEPS_MS"] = f"{args.long_steps:g}"
     if args.loop_iterations:
         os.environ["BENCH_LOOP_ITERATIONS"] = "1"  # the servers the benchmarks start inherit it
 

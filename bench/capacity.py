@@ -7,7 +7,8 @@
   (bench.serve_probe's 10 ms sleep probe) against the same probe on the bare SDK's loop (this process) during
   its phases: at saturation a loop's lag is the work queued on it, and the baseline shows how much of that any
   client of one core pays. With `--loop-iterations` the report adds how long the server's loop iterations spend
-  in callbacks during those phases (bench.serve_probe), the work a due timer waits behind.
+  in callbacks during those phases (bench.serve_probe), the work a due timer waits behind, and with
+  `--long-steps MS` the callbacks longer than MS by where their task steps began and ended (bench/loop_steps.py).
 - `memory`: RSS growth of the server per idle loaded session (1,000 sessions, one turn each, all kept in
   the idle cache) and per open WatchSession stream (1,000 streams).
 """
@@ -23,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+from bench import loop_steps
 from bench.common import BenchContext, MeasuredWindow, Result, environment, loadavg, percentile, temp_workdir
 from bench.harness import (
     BaselineClient,
@@ -62,8 +64,11 @@ async def closed_loop(count: int, seconds: float, turn: Callable[[int], Awaitabl
     return done / min(seconds, time.perf_counter() - t0), errors
 
 
-def _lag(pid: int, path: Any, iterations: list[float] | None = None) -> list[float]:
-    """The server's lag samples since the previous call (its iteration times, when recorded, into `iterations`)."""
+def _lag(
+    pid: int, path: Any, iterations: list[float] | None = None, steps: dict[str, list[float]] | None = None
+) -> list[float]:
+    """The server's lag samples since the previous call (its iteration times and long steps, when recorded, into
+    `iterations` and `steps`)."""
     os.kill(pid, signal.SIGUSR1)
     for _ in range(200):
         with contextlib.suppress(OSError, ValueError):
@@ -75,9 +80,22 @@ def _lag(pid: int, path: Any, iterations: list[float] | None = None) -> list[flo
                 iterations_file(path).unlink()
                 if iterations is not None:
                     iterations.extend(spent)
+            _add_steps(loop_steps.steps_file(path), steps)
             return data
         time.sleep(0.01)
     return []
+
+
+def _add_steps(path: Any, steps: dict[str, list[float]] | None) -> None:
+    """Adds the long-step tally in `path` (bench/loop_steps.py), if the server wrote one, to `steps`."""
+    with contextlib.suppress(OSError, ValueError):
+        tally = json.loads(path.read_text())
+        path.unlink()
+        for label, count, total in tally:
+            if steps is not None:
+                seen = steps.setdefault(label, [0, 0.0])
+                seen[0] += count
+                seen[1] += total
 
 
 async def _probed_loop(
@@ -125,6 +143,7 @@ async def concurrency(ctx: BenchContext) -> Result:
         rows: list[dict[str, Any]] = []
         lag: list[float] = []
         iterations: list[float] = []  # the server's loop iterations' callback ms, with --loop-iterations
+        steps: dict[str, list[float]] = {}  # the server's long loop steps, with --long-steps
         base_lag: list[float] = []  # the bare SDK's loop (this process) during its phases, for comparison
         figures: dict[str, Any] = {}
         for count in LEVELS:
@@ -160,7 +179,7 @@ async def concurrency(ctx: BenchContext) -> Result:
                 svc_rates.append(rate)
                 errors[1] += err
                 if count == LEVELS[-1]:
-                    lag += _lag(service.pid, lag_file, iterations)
+                    lag += _lag(service.pid, lag_file, iterations, steps)
                 figures[f"{count} sessions: client CPU % during service phase"] = round(
                     100 * window.self_cpu / window.wall, 1
                 )
@@ -175,6 +194,9 @@ async def concurrency(ctx: BenchContext) -> Result:
                 figures[f"{count} sessions: first service error"] = failures[0]
             rows.append(r)
         rows.append(_lag_row(sorted(lag), sorted(base_lag), iterations, figures))
+        if steps:
+            limit = float(os.environ.get("BENCH_LONG_STEPS_MS", "0"))
+            figures[f"long loop steps under {LEVELS[-1]} sessions"] = loop_steps.top(steps, limit)
     return {
         "benchmark": "concurrency",
         "title": "turns/s of one process under concurrent sessions",

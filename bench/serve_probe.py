@@ -6,7 +6,9 @@ of milliseconds, written atomically) and starts a new window. With BENCH_LOOP_IT
 bench concurrency --loop-iterations`), the loop also records how long each of its iterations spent running
 callbacks, written beside the lag samples (`iterations_file`): what a timer due meanwhile waits behind. It wraps
 two private methods of asyncio (Handle._run, BaseEventLoop._run_once), a few percent of the loop's time, so it
-is off unless asked for. With BENCH_TIMELINE_FILE set,
+is off unless asked for. With BENCH_LONG_STEPS_MS too (`--long-steps MS`), bench/loop_steps.py tallies the
+callbacks longer than that by where their task steps began and ended, dumped beside them. With BENCH_TIMELINE_FILE
+set,
 bench/timeline_marks.py marks the functions a turn passes through (`python -m bench.timeline`). Without
 either this is `general-agent`.
 """
@@ -24,6 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from bench import loop_steps
 from general_agent_server.cli import main
 
 _INTERVAL = 0.01
@@ -74,6 +77,7 @@ async def probe(samples: list[float]) -> None:
 def _dump(path: Path) -> None:
     if _iterations:
         _write(iterations_file(path), _iterations)
+    loop_steps.dump(loop_steps.steps_file(path))  # before the lag samples, which the reader waits for
     _write(path, _samples)
 
 
@@ -110,6 +114,8 @@ def run(argv: list[str]) -> int:
         asyncio.set_event_loop_policy(_ProbedPolicy())
         if os.environ.get("BENCH_LOOP_ITERATIONS") == "1":
             _clock_iterations()
+        if os.environ.get("BENCH_LONG_STEPS_MS"):
+            loop_steps.install(float(os.environ["BENCH_LONG_STEPS_MS"]))
     return main(argv)
 
 
