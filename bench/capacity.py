@@ -146,6 +146,7 @@ async def concurrency(ctx: BenchContext) -> Result:
         steps: dict[str, list[float]] = {}  # the server's long loop steps, with --long-steps
         base_lag: list[float] = []  # the bare SDK's loop (this process) during its phases, for comparison
         figures: dict[str, Any] = {}
+        error_notes: list[str] = []
         for count in LEVELS:
             sessions = [await svc.create() for _ in range(count)]
             convs = [Conversation(template) for _ in range(count)]
@@ -192,6 +193,11 @@ async def concurrency(ctx: BenchContext) -> Result:
             figures[f"{count} sessions: errors service / baseline"] = f"{errors[1]} / {errors[0]}"
             if failures:
                 figures[f"{count} sessions: first service error"] = failures[0]
+                # In the printed notes too: the next run overwrites the JSON, and a rare error is worth its message.
+                error_notes.append(
+                    f"{count} sessions: {errors[1]} service error(s) measured; the first error, warm-up included:"
+                    f" {failures[0]}"
+                )
             rows.append(r)
         rows.append(_lag_row(sorted(lag), sorted(base_lag), iterations, figures))
         if steps:
@@ -205,7 +211,7 @@ async def concurrency(ctx: BenchContext) -> Result:
         "configuration": {"phase": f"{seconds}s × {rounds} alternating rounds", "loadavg at end": loadavg()},
         "rows": rows,
         "cpu": figures,
-        "notes": window.notes(ctx.cpus),
+        "notes": window.notes(ctx.cpus) + error_notes,
     }
 
 
