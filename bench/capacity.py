@@ -22,6 +22,8 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from bench import loop_steps
@@ -35,7 +37,7 @@ from bench.harness import (
     start_bench_service,
     start_fast_fake,
 )
-from bench.processes import process_rss_kb
+from bench.processes import ManagedProcess, process_rss_kb
 from bench.serve_probe import iterations_file, probe
 from general_agent.v1 import turn_pb2
 
@@ -127,6 +129,79 @@ def _lag_row(
     return row(title, percentile(lag, 99), percentile(base_lag, 99), max_value=2.0)
 
 
+@dataclass
+class _Load:
+    """One concurrency run: the service and the bare SDK beside it, and what every level adds to the report."""
+
+    service: ManagedProcess
+    fake: ManagedProcess
+    lag_file: Path
+    svc: ServiceClient
+    base: BaselineClient
+    template: dict[str, Any]
+    lag: list[float] = field(default_factory=list)
+    iterations: list[float] = field(default_factory=list)  # the server's loop iterations' callback ms
+    steps: dict[str, list[float]] = field(default_factory=dict)  # the server's long loop steps (--long-steps)
+    base_lag: list[float] = field(default_factory=list)  # the bare SDK's loop (this process), for comparison
+    figures: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    window: MeasuredWindow | None = None  # the last service phase's
+
+
+async def _level(load: _Load, count: int, seconds: float, rounds: int) -> dict[str, Any]:
+    """`count` sessions against `count` bare conversations, phases alternating: the level's turns/s row."""
+    svc, base, figures = load.svc, load.base, load.figures
+    sessions = [await svc.create() for _ in range(count)]
+    convs = [Conversation(load.template) for _ in range(count)]
+    failures: list[str] = []
+
+    async def base_turn(i: int) -> None:
+        sample = await base.call(convs[i].request())
+        convs[i].record("hi", sample.text)
+
+    async def svc_turn(i: int) -> None:
+        try:
+            await svc.turn(sessions[i])
+        except Exception as exc:  # closed_loop counts it; the first one is kept for the report
+            if not failures:
+                failures.append(f"{type(exc).__name__}: {exc}"[:300])
+            raise
+
+    base_rates: list[float] = []
+    svc_rates: list[float] = []
+    errors = [0, 0]
+    await closed_loop(count, 0.3, svc_turn)  # warm-up
+    await closed_loop(count, 0.3, base_turn)
+    last = count == LEVELS[-1]
+    for _ in range(rounds):
+        rate, err = await _probed_loop(count, seconds, base_turn, load.base_lag if last else [])
+        base_rates.append(rate)
+        errors[0] += err
+        _lag(load.service.pid, load.lag_file)
+        with MeasuredWindow(load.service, load.fake) as window:
+            rate, err = await closed_loop(count, seconds, svc_turn)
+        load.window = window
+        svc_rates.append(rate)
+        errors[1] += err
+        if last:
+            load.lag += _lag(load.service.pid, load.lag_file, load.iterations, load.steps)
+        figures[f"{count} sessions: client CPU % during service phase"] = round(100 * window.self_cpu / window.wall, 1)
+        figures[f"{count} sessions: service CPU %"] = round(100 * window.service_cpu / window.wall, 1)
+    svc_rate, base_rate = sorted(svc_rates)[len(svc_rates) // 2], sorted(base_rates)[len(base_rates) // 2]
+    r = row(f"{count} concurrent sessions, turns/s", svc_rate, base_rate, unit="turns/s", min_ratio=0.6)
+    if errors[1]:
+        r["pass"] = False
+    r["errors (service, baseline)"] = errors[1], errors[0]
+    figures[f"{count} sessions: errors service / baseline"] = f"{errors[1]} / {errors[0]}"
+    if failures:
+        figures[f"{count} sessions: first service error"] = failures[0]
+        # In the printed notes too: the next run overwrites the JSON, and a rare error is worth its message.
+        load.notes.append(
+            f"{count} sessions: {errors[1]} service error(s) measured; the first error, warm-up included: {failures[0]}"
+        )
+    return r
+
+
 async def concurrency(ctx: BenchContext) -> Result:
     seconds, rounds = (1.0, 1) if ctx.quick else (4.0, 3)
     async with contextlib.AsyncExitStack() as stack:
@@ -139,70 +214,13 @@ async def concurrency(ctx: BenchContext) -> Result:
         base = BaselineClient(base_url)
         stack.push_async_callback(base.close)
         await svc.turn(await svc.create())
-        template = fake_last(base_url)
-        rows: list[dict[str, Any]] = []
-        lag: list[float] = []
-        iterations: list[float] = []  # the server's loop iterations' callback ms, with --loop-iterations
-        steps: dict[str, list[float]] = {}  # the server's long loop steps, with --long-steps
-        base_lag: list[float] = []  # the bare SDK's loop (this process) during its phases, for comparison
-        figures: dict[str, Any] = {}
-        error_notes: list[str] = []
-        for count in LEVELS:
-            sessions = [await svc.create() for _ in range(count)]
-            convs = [Conversation(template) for _ in range(count)]
-
-            async def base_turn(i: int, convs: list[Conversation] = convs) -> None:
-                sample = await base.call(convs[i].request())
-                convs[i].record("hi", sample.text)
-
-            failures: list[str] = []
-
-            async def svc_turn(i: int, sessions: list[str] = sessions, failures: list[str] = failures) -> None:
-                try:
-                    await svc.turn(sessions[i])
-                except Exception as exc:  # closed_loop counts it; the first one is kept for the report
-                    if not failures:
-                        failures.append(f"{type(exc).__name__}: {exc}"[:300])
-                    raise
-
-            base_rates: list[float] = []
-            svc_rates: list[float] = []
-            errors = [0, 0]
-            await closed_loop(count, 0.3, svc_turn)  # warm-up
-            await closed_loop(count, 0.3, base_turn)
-            for _ in range(rounds):
-                rate, err = await _probed_loop(count, seconds, base_turn, base_lag if count == LEVELS[-1] else [])
-                base_rates.append(rate)
-                errors[0] += err
-                _lag(service.pid, lag_file)
-                with MeasuredWindow(service, fake) as window:
-                    rate, err = await closed_loop(count, seconds, svc_turn)
-                svc_rates.append(rate)
-                errors[1] += err
-                if count == LEVELS[-1]:
-                    lag += _lag(service.pid, lag_file, iterations, steps)
-                figures[f"{count} sessions: client CPU % during service phase"] = round(
-                    100 * window.self_cpu / window.wall, 1
-                )
-                figures[f"{count} sessions: service CPU %"] = round(100 * window.service_cpu / window.wall, 1)
-            svc_rate, base_rate = sorted(svc_rates)[len(svc_rates) // 2], sorted(base_rates)[len(base_rates) // 2]
-            r = row(f"{count} concurrent sessions, turns/s", svc_rate, base_rate, unit="turns/s", min_ratio=0.6)
-            if errors[1]:
-                r["pass"] = False
-            r["errors (service, baseline)"] = errors[1], errors[0]
-            figures[f"{count} sessions: errors service / baseline"] = f"{errors[1]} / {errors[0]}"
-            if failures:
-                figures[f"{count} sessions: first service error"] = failures[0]
-                # In the printed notes too: the next run overwrites the JSON, and a rare error is worth its message.
-                error_notes.append(
-                    f"{count} sessions: {errors[1]} service error(s) measured; the first error, warm-up included:"
-                    f" {failures[0]}"
-                )
-            rows.append(r)
-        rows.append(_lag_row(sorted(lag), sorted(base_lag), iterations, figures))
-        if steps:
+        load = _Load(service, fake, lag_file, svc, base, fake_last(base_url))
+        rows = [await _level(load, count, seconds, rounds) for count in LEVELS]
+        rows.append(_lag_row(sorted(load.lag), sorted(load.base_lag), load.iterations, load.figures))
+        if load.steps:
             limit = float(os.environ.get("BENCH_LONG_STEPS_MS", "0"))
-            figures[f"long loop steps under {LEVELS[-1]} sessions"] = loop_steps.top(steps, limit)
+            load.figures[f"long loop steps under {LEVELS[-1]} sessions"] = loop_steps.top(load.steps, limit)
+    assert load.window is not None  # every level measures at least one round
     return {
         "benchmark": "concurrency",
         "title": "turns/s of one process under concurrent sessions",
@@ -210,8 +228,8 @@ async def concurrency(ctx: BenchContext) -> Result:
         "environment": environment(ctx.cpus),
         "configuration": {"phase": f"{seconds}s × {rounds} alternating rounds", "loadavg at end": loadavg()},
         "rows": rows,
-        "cpu": figures,
-        "notes": window.notes(ctx.cpus) + error_notes,
+        "cpu": load.figures,
+        "notes": load.window.notes(ctx.cpus) + load.notes,
     }
 
 
