@@ -10,7 +10,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from general_agent_server.config import load_settings
 from general_agent_server.domain.content import ImagePart, TextPart
@@ -91,6 +91,23 @@ def test_redact_walks_every_shape_and_keeps_what_did_not_change() -> None:
     assert redacted.items[3] is value.items[3]
     clean = Holder(items=(TextPart(text="nothing here"),))
     assert redact(clean) is clean
+
+
+def test_redact_copies_a_map_or_a_sequence_from_its_first_change_only() -> None:
+    """A container is copied when an item changes, wherever that item is, with the items before and after it in
+    their order; one without a secret is the same object, however deep its content."""
+    key = register_secret(fresh())
+    clean_block = {"type": "text", "text": "nothing here"}
+    value: dict[str, Any] = {"a": clean_block, "b": f"x {key}", "c": [1, "plain", (key, "y"), clean_block]}
+    redacted = redact(value)
+    assert redacted == {"a": clean_block, "b": f"x {REDACTED}", "c": [1, "plain", (REDACTED, "y"), clean_block]}
+    assert list(redacted) == ["a", "b", "c"]
+    assert redacted["a"] is clean_block
+    assert redacted["c"][3] is clean_block
+    assert isinstance(redacted["c"][2], tuple)
+    assert value["b"] == f"x {key}"  # the input is left as it was
+    untouched = {"m": [clean_block, ("t", {"n": "still nothing"})]}
+    assert redact(untouched) is untouched
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -125,13 +125,9 @@ def _redact(value: Any, secrets: tuple[str, ...]) -> Any:
     if kind is _TEXT:
         return redact_text(value, secrets)
     if kind is _MAP:
-        items = {key: _redact(item, secrets) for key, item in value.items()}
-        return items if any(items[key] is not item for key, item in value.items()) else value
+        return _redact_map(value, secrets)
     if kind is _SEQUENCE:
-        elements = [_redact(item, secrets) for item in value]
-        if all(new is old for new, old in zip(elements, value, strict=True)):
-            return value
-        return elements if isinstance(value, list) else tuple(elements)
+        return _redact_sequence(value, secrets)
     changes = {}
     for name in redaction_plan(type(value)):
         old = getattr(value, name)
@@ -139,6 +135,29 @@ def _redact(value: Any, secrets: tuple[str, ...]) -> Any:
         if new is not old:
             changes[name] = new
     return dataclasses.replace(value, **changes) if changes else value
+
+
+def _redact_map(value: dict[Any, Any], secrets: tuple[str, ...]) -> dict[Any, Any]:
+    # Copied only from the first changed item on: most maps a commit walks hold no secret, and building a new
+    # map per walk would cost an allocation per content block.
+    copy: dict[Any, Any] | None = None
+    for key, item in value.items():
+        new = _redact(item, secrets)
+        if copy is not None:
+            copy[key] = new
+        elif new is not item:
+            copy = dict(value)
+            copy[key] = new
+    return value if copy is None else copy
+
+
+def _redact_sequence(value: list[Any] | tuple[Any, ...], secrets: tuple[str, ...]) -> list[Any] | tuple[Any, ...]:
+    for index, item in enumerate(value):
+        new = _redact(item, secrets)
+        if new is not item:
+            elements = [*value[:index], new, *(_redact(rest, secrets) for rest in value[index + 1 :])]
+            return elements if isinstance(value, list) else tuple(elements)
+    return value
 
 
 # What `_redact` does with a value, by its type, decided once per type: the events, records and history walked on
