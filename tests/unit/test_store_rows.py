@@ -5,10 +5,21 @@ the cache must not keep an evicted session's config (and its system prompt) in m
 from __future__ import annotations
 
 import gc
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from general_agent_server.domain import codec
-from general_agent_server.domain.session import SessionConfig, SessionIdentity, SessionMode, SessionRecord
+from general_agent_server.domain.content import ImagePart, TextPart
+from general_agent_server.domain.session import (
+    ForkOrigin,
+    SessionConfig,
+    SessionIdentity,
+    SessionMode,
+    SessionRecord,
+    SessionState,
+    Usage,
+    UsageSnapshot,
+)
 from general_agent_server.store import rows
 
 
@@ -40,3 +51,30 @@ def test_a_large_configs_json_is_not_kept_but_its_labels_are() -> None:
     assert rows.config_document(_record(config)) == codec.SESSION_CONFIG.dumps(config)
     assert rows._CONFIG_DOCUMENTS[id(config)][1:] == (None, '{"team": "a"}')
     assert rows.session_columns(_record(config))[6] == '{"team": "a"}'  # read from the entry, no encoding
+
+
+def test_every_runtime_field_reads_back_as_written() -> None:
+    """The runtime document (one encoding of the record's run state) holds every field `record_from_row` reads,
+    image bytes of a pending injection included."""
+    now = datetime.now(UTC).replace(microsecond=123456)
+    record = replace(
+        _record(SessionConfig(labels={"team": "a"})),
+        active_run_id="run-1",
+        pending_call_ids=("call-1", "call-2"),
+        stop_requested=True,
+        usage_snapshot=UsageSnapshot(used_input_tokens=10, context_window=200, used_pct=5.0, capture_time=now),
+        cumulative_usage=Usage(input_tokens=3, output_tokens=4, cache_read_input_tokens=5, model_calls=2),
+        forked_from=ForkOrigin(session_id="parent", at_sequence=7),
+        pending_injections=((TextPart(text="steer"), ImagePart(mime_type="image/png", data=b"\x89PNG\x00\xff")),),
+        last_compaction_time=now,
+        approved_tools=("bash",),
+        state=SessionState.RUNNING,
+        last_sequence=9,
+        sequence_reserved=64,
+        history_message_count=3,
+        version=4,
+    )
+    columns = rows.session_columns(record)
+    config_json = rows.config_document(record)
+    row = (*columns[:6], config_json, *columns[7:11], rows.to_us(record.create_time), *columns[11:])
+    assert rows.record_from_row(row) == record

@@ -7,19 +7,25 @@ from __future__ import annotations
 import json
 import weakref
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
+
+from pydantic import ConfigDict, Field, TypeAdapter
 
 from general_agent_server.domain import codec
+from general_agent_server.domain.content import ContentPart
 from general_agent_server.domain.events import SequencedEvent
 from general_agent_server.domain.records import IdempotencyRecord
 from general_agent_server.domain.session import (
+    ForkOrigin,
     SessionConfig,
     SessionIdentity,
     SessionMode,
     SessionRecord,
     SessionState,
     Usage,
+    UsageSnapshot,
 )
 from general_agent_server.domain.transcript import TranscriptEntry
 from general_agent_server.store.port import CommandStatus, SessionCommand
@@ -92,20 +98,40 @@ def config_document(record: SessionRecord) -> str:
     return encoded
 
 
+@dataclass(frozen=True, slots=True)
+class _Runtime:
+    """The session row's `runtime_json` document, encoded in one pass (`record_from_row` reads it back)."""
+
+    __pydantic_config__ = ConfigDict(ser_json_bytes="base64")  # image bytes of pending injections
+
+    active_run_id: str
+    pending_call_ids: tuple[str, ...]
+    stop_requested: bool
+    usage_snapshot: UsageSnapshot | None
+    cumulative_usage: Usage
+    forked_from: ForkOrigin | None
+    pending_injections: tuple[tuple[Annotated[ContentPart, Field(discriminator="kind")], ...], ...]
+    last_compaction_us: int | None
+    approved_tools: tuple[str, ...]
+
+
+_RUNTIME = TypeAdapter(_Runtime)
+
+
 def session_columns(record: SessionRecord) -> tuple[Any, ...]:
     """The sessions columns from tenant to version, in table order (config_json, which stays empty since the config
     moved to session_configs, and create_time_us excluded)."""
-    runtime = {
-        "active_run_id": record.active_run_id,
-        "pending_call_ids": list(record.pending_call_ids),
-        "stop_requested": record.stop_requested,
-        "usage_snapshot": codec.USAGE_SNAPSHOT.to_jsonable(record.usage_snapshot) if record.usage_snapshot else None,
-        "cumulative_usage": codec.USAGE.to_jsonable(record.cumulative_usage),
-        "forked_from": codec.FORK_ORIGIN.to_jsonable(record.forked_from) if record.forked_from else None,
-        "pending_injections": [codec.CONTENT_PARTS.to_jsonable(parts) for parts in record.pending_injections],
-        "last_compaction_us": to_us(record.last_compaction_time) if record.last_compaction_time else None,
-        "approved_tools": list(record.approved_tools),
-    }
+    runtime = _Runtime(
+        record.active_run_id,
+        record.pending_call_ids,
+        record.stop_requested,
+        record.usage_snapshot,
+        record.cumulative_usage,
+        record.forked_from,
+        record.pending_injections,
+        to_us(record.last_compaction_time) if record.last_compaction_time else None,
+        record.approved_tools,
+    )
     kept = _kept(record.config) or _keep(record.config, codec.SESSION_CONFIG.dumps(record.config))
     labels_json = kept[1]
     return (
@@ -116,7 +142,7 @@ def session_columns(record: SessionRecord) -> tuple[Any, ...]:
         record.parent_session_id,
         record.state.value,
         labels_json,
-        json.dumps(runtime),
+        _RUNTIME.dump_json(runtime).decode(),
         record.last_sequence,
         record.sequence_reserved,
         record.history_message_count,
