@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from general_agent_server.auth.config import TenantPolicy
 
 EXEC_TOOLS = frozenset({"exec", "process"})
+# The policy of a tenant without a table of its own (frozen, so one serves every lookup: one per run admitted).
+_NO_TABLE = TenantPolicy()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -22,7 +24,7 @@ class TenantRules:
     max_sessions_per_tenant: int = 0
 
     def policy(self, tenant: str) -> TenantPolicy:
-        return self.policies.get(tenant) or TenantPolicy()
+        return self.policies.get(tenant) or _NO_TABLE
 
     def exec_allowed(self, tenant: str) -> bool:
         if not self.auth_enabled:
