@@ -9,8 +9,9 @@ two private methods of asyncio (Handle._run, BaseEventLoop._run_once), a few per
 is off unless asked for. With BENCH_LONG_STEPS_MS too (`--long-steps MS`), bench/loop_steps.py tallies the
 callbacks longer than that by where their task steps began and ended, dumped beside them. With BENCH_TIMELINE_FILE
 set,
-bench/timeline_marks.py marks the functions a turn passes through (`python -m bench.timeline`). Without
-either this is `general-agent`.
+bench/timeline_marks.py marks the functions a turn passes through (`python -m bench.timeline`). With
+BENCH_CPROFILE_FILE set, SIGWINCH starts and stops cProfile on the loop's thread (`python -m bench.call_counts`).
+Without any of them this is `general-agent`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench import loop_steps
+from bench import cprofile_toggle, loop_steps
 from general_agent_server.cli import main
 
 _INTERVAL = 0.01
@@ -98,6 +99,9 @@ class _ProbedPolicy(asyncio.DefaultEventLoopPolicy):
 
 
 def run(argv: list[str]) -> int:
+    profile_file = os.environ.get(cprofile_toggle.ENV)
+    if profile_file:
+        cprofile_toggle.install_toggle(Path(profile_file))
     timeline_file = os.environ.get("BENCH_TIMELINE_FILE")
     if timeline_file:
         from bench.timeline_marks import install

@@ -3,29 +3,17 @@ clock, in order; a mark whose function is gone stops the tool with its name rath
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from bench.common import REPO
 from bench.processes import BenchError
 from bench.timeline import table
 from bench.timeline_marks import POINTS, install
+from tests.support.bench_tools import run_bench_tool
 
 
 def _timeline(*args: str) -> dict[str, tuple[float, int]]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(REPO / p) for p in ("", "server/src", "clients/python/src")))
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.timeline", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
+    done = run_bench_tool("timeline", *args)
     rows: dict[str, tuple[float, int]] = {}
     for line in done.stdout.splitlines()[1:]:
         median, key, seen = line.split()
