@@ -220,3 +220,31 @@ async def test_session_scoped_registrations_and_replacement() -> None:
     assert registry.unregister("p") is False
     with pytest.raises(ValueError, match="unknown hook"):
         await run.run("not_a_hook", {}, {})
+
+
+def test_has_handlers_asks_a_handler_only_about_its_own_hook_and_follows_registrations() -> None:
+    """The hot paths ask about hooks nobody registered most of the time: such a question asks no handler (a
+    built-in's `serves` is not called), and the answer follows registering and unregistering."""
+    asked: list[tuple[str, str]] = []
+
+    def serves(tenant: str, session_id: str) -> bool:
+        asked.append((tenant, session_id))
+        return session_id == "on"
+
+    registry = HookRegistry()
+
+    async def call(event: JsonObject, context: JsonObject) -> JsonObject | None:
+        return None
+
+    registry.register([HookHandler(plugin_id="memory", hook="agent_end", call=call, serves=serves)])
+    assert not registry.has_handlers(frozenset({"before_tool_call"}), tenant="t", session_id="on")
+    assert asked == []
+    assert registry.has_handlers(frozenset({"agent_end", "before_tool_call"}), tenant="t", session_id="on")
+    assert not registry.has_handlers(frozenset({"agent_end"}), tenant="t", session_id="off")
+    assert asked == [("t", "on"), ("t", "off")]
+    registry.register([handler("gate", "before_tool_call")])
+    assert registry.has_handlers(frozenset({"before_tool_call"}), tenant="t", session_id="any")
+    assert registry.unregister("gate")
+    assert not registry.has_handlers(frozenset({"before_tool_call"}), tenant="t", session_id="any")
+    registry.unregister_scope(tenant="", scope="")
+    assert not registry.has_handlers(frozenset({"agent_end"}), tenant="t", session_id="on")
