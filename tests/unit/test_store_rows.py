@@ -5,6 +5,7 @@ the cache must not keep an evicted session's config (and its system prompt) in m
 from __future__ import annotations
 
 import gc
+import json
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -78,3 +79,44 @@ def test_every_runtime_field_reads_back_as_written() -> None:
     config_json = rows.config_document(record)
     row = (*columns[:6], config_json, *columns[7:11], rows.to_us(record.create_time), *columns[11:])
     assert rows.record_from_row(row) == record
+
+
+def test_a_runtime_document_of_an_older_server_still_reads() -> None:
+    """Written by `json.dumps` before `last_compaction_us` and `approved_tools` existed: the missing fields take
+    their defaults."""
+    record = _record(SessionConfig())
+    columns = rows.session_columns(record)
+    old = json.dumps(
+        {
+            "active_run_id": "run-1",
+            "pending_call_ids": ["call-1"],
+            "stop_requested": False,
+            "usage_snapshot": None,
+            "cumulative_usage": {
+                "input_tokens": 3,
+                "output_tokens": 4,
+                "cache_read_input_tokens": 0,
+                "cache_creation_input_tokens": 0,
+                "model_calls": 1,
+            },
+            "forked_from": {"session_id": "parent", "at_sequence": 2},
+            "pending_injections": [[{"kind": "text", "text": "steer"}]],
+        }
+    )
+    row = (
+        *columns[:6],
+        rows.config_document(record),
+        old,
+        *columns[8:11],
+        rows.to_us(record.create_time),
+        *columns[11:],
+    )
+    read = rows.record_from_row(row)
+    assert read == replace(
+        record,
+        active_run_id="run-1",
+        pending_call_ids=("call-1",),
+        cumulative_usage=Usage(input_tokens=3, output_tokens=4, model_calls=1),
+        forked_from=ForkOrigin(session_id="parent", at_sequence=2),
+        pending_injections=((TextPart(text="steer"),),),
+    )

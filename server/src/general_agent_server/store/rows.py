@@ -100,19 +100,20 @@ def config_document(record: SessionRecord) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Runtime:
-    """The session row's `runtime_json` document, encoded in one pass (`record_from_row` reads it back)."""
+    """The session row's `runtime_json` document, written and read in one pass. Every field has a default, so a
+    document written before a field existed still reads."""
 
-    __pydantic_config__ = ConfigDict(ser_json_bytes="base64")  # image bytes of pending injections
+    __pydantic_config__ = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")  # pending images' bytes
 
-    active_run_id: str
-    pending_call_ids: tuple[str, ...]
-    stop_requested: bool
-    usage_snapshot: UsageSnapshot | None
-    cumulative_usage: Usage
-    forked_from: ForkOrigin | None
-    pending_injections: tuple[tuple[Annotated[ContentPart, Field(discriminator="kind")], ...], ...]
-    last_compaction_us: int | None
-    approved_tools: tuple[str, ...]
+    active_run_id: str = ""
+    pending_call_ids: tuple[str, ...] = ()
+    stop_requested: bool = False
+    usage_snapshot: UsageSnapshot | None = None
+    cumulative_usage: Usage | None = None
+    forked_from: ForkOrigin | None = None
+    pending_injections: tuple[tuple[Annotated[ContentPart, Field(discriminator="kind")], ...], ...] = ()
+    last_compaction_us: int | None = None
+    approved_tools: tuple[str, ...] = ()
 
 
 _RUNTIME = TypeAdapter(_Runtime)
@@ -169,9 +170,7 @@ def record_from_row(row: Row) -> SessionRecord:
         update_us,
         version,
     ) = row
-    runtime = json.loads(runtime_json)
-    snapshot = runtime.get("usage_snapshot")
-    forked = runtime.get("forked_from")
+    runtime = _RUNTIME.validate_json(runtime_json)
     return SessionRecord(
         tenant=tenant,
         identity=SessionIdentity(mode=SessionMode(mode), session_id=session_id, session_key=session_key),
@@ -179,24 +178,20 @@ def record_from_row(row: Row) -> SessionRecord:
         create_time=from_us(create_us),
         update_time=from_us(update_us),
         parent_session_id=parent,
-        forked_from=codec.FORK_ORIGIN.loads(json.dumps(forked)) if forked else None,
+        forked_from=runtime.forked_from,
         state=SessionState(state),
-        active_run_id=runtime.get("active_run_id", ""),
-        pending_call_ids=tuple(runtime.get("pending_call_ids", ())),
-        stop_requested=bool(runtime.get("stop_requested", False)),
-        usage_snapshot=codec.USAGE_SNAPSHOT.loads(json.dumps(snapshot)) if snapshot else None,
-        cumulative_usage=codec.USAGE.loads(json.dumps(runtime["cumulative_usage"]))
-        if runtime.get("cumulative_usage")
-        else Usage(),
+        active_run_id=runtime.active_run_id,
+        pending_call_ids=runtime.pending_call_ids,
+        stop_requested=runtime.stop_requested,
+        usage_snapshot=runtime.usage_snapshot,
+        cumulative_usage=runtime.cumulative_usage or Usage(),
         last_sequence=last_sequence,
         sequence_reserved=sequence_reserved,
         history_message_count=history_count,
         version=version,
-        pending_injections=tuple(
-            codec.CONTENT_PARTS.loads(json.dumps(parts)) for parts in runtime.get("pending_injections", ())
-        ),
-        last_compaction_time=from_us(runtime["last_compaction_us"]) if runtime.get("last_compaction_us") else None,
-        approved_tools=tuple(runtime.get("approved_tools", ())),
+        pending_injections=runtime.pending_injections,
+        last_compaction_time=from_us(runtime.last_compaction_us) if runtime.last_compaction_us else None,
+        approved_tools=runtime.approved_tools,
     )
 
 
