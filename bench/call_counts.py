@@ -28,6 +28,7 @@ from bench.common import pin_self, plan_cpus, temp_workdir
 from bench.cprofile_toggle import ENV, TOGGLE
 from bench.harness import ServiceClient, start_bench_service, start_fast_fake
 from bench.processes import BenchError
+from bench.profile import short_path
 
 
 class Row(NamedTuple):
@@ -38,11 +39,7 @@ class Row(NamedTuple):
 
 
 def _short(filename: str, line: int, function: str) -> str:
-    for marker in ("site-packages/", "/src/", "python3.11/"):
-        if marker in filename:
-            filename = filename.split(marker, 1)[1]
-            break
-    return f"{filename}:{line} {function}" if filename != "~" else function
+    return f"{short_path(filename)}:{line} {function}" if filename != "~" else function
 
 
 def per_turn(stats_file: Path, turns: int) -> list[Row]:

@@ -31,12 +31,16 @@ def _short(frame: str) -> str:
     match = _FRAME.match(frame)
     if match is None:
         return frame
-    path = match["file"]
+    return f"{match['func']} ({short_path(match['file'])})"
+
+
+def short_path(path: str) -> str:
+    """A source path from its package on: `.../site-packages/pkg/mod.py` → `pkg/mod.py` (also for the server's
+    `src/` tree and the standard library)."""
     for marker in ("site-packages/", "/src/", "python3.11/"):
         if marker in path:
-            path = path.split(marker, 1)[1]
-            break
-    return f"{match['func']} ({path})"
+            return path.split(marker, 1)[1]
+    return path
 
 
 def summarise(collapsed: Path, *, top: int, all_threads: bool) -> str:
