@@ -19,8 +19,18 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from bench import capacity, resume, scaleout, turns
-from bench.common import BenchFn, make_context, pin_self, plan_cpus, print_report, write_result
+from bench.common import (
+    BASELINE_HTTP_CLIENT_ENV,
+    SERVICE_HTTP_CLIENT_ENV,
+    BenchFn,
+    make_context,
+    pin_self,
+    plan_cpus,
+    print_report,
+    write_result,
+)
 from bench.report import print_table, write_summary
+from general_agent_server.model.port import HTTP_CLIENTS
 
 
 @dataclass(frozen=True)
@@ -71,7 +81,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="concurrency: also tally the server's loop callbacks longer than MS by where their task steps began and"
         " ended (costs the server a few microseconds per step)",
     )
+    for who, env in (("service", SERVICE_HTTP_CLIENT_ENV), ("baseline", BASELINE_HTTP_CLIENT_ENV)):
+        parser.add_argument(
+            f"--{who}-http-client",
+            choices=HTTP_CLIENTS,
+            help=f"the HTTP client under the {who}'s SDK (default: "
+            + ("the server's default" if who == "service" else "the bare SDK's own, httpx")
+            + f"; sets {env})",
+        )
     args = parser.parse_args(argv)
+    for chosen, env in (
+        (args.service_http_client, SERVICE_HTTP_CLIENT_ENV),
+        (args.baseline_http_client, BASELINE_HTTP_CLIENT_ENV),
+    ):
+        if chosen:
+            os.environ[env] = chosen  # read by bench.common.http_clients, here and in the servers' environment
     if args.long_steps is not None:
         if args.long_steps <= 0:
             parser.error(f"--long-steps: expected milliseconds above 0, got {args.long_steps:g}")

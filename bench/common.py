@@ -42,6 +42,7 @@ from bench.processes import (
     without_service_settings,
 )
 from general_agent.v1 import content_pb2, session_messages_pb2, session_pb2, turn_pb2
+from general_agent_server.model.port import HTTP_CLIENTS
 
 REPO: Final = Path(__file__).resolve().parents[1]
 RESULTS_DIR: Final = REPO / "bench" / "results"
@@ -96,10 +97,25 @@ def pin_self(cpu: int) -> None:
 BENCH_API_KEY: Final = "sk-ant-api03-bench-" + "0123456789abcdefghijklmnopqrstuvwxyz" * 2
 
 
+SERVICE_HTTP_CLIENT_ENV: Final = "BENCH_SERVICE_HTTP_CLIENT"
+BASELINE_HTTP_CLIENT_ENV: Final = "BENCH_BASELINE_HTTP_CLIENT"
+
+
+def http_clients() -> tuple[str, str]:
+    """The HTTP client under the SDK of the service's model calls and of the baseline's: the server's default and the
+    bare SDK's own (httpx) unless `python -m bench --service-http-client / --baseline-http-client` chose others."""
+    return (
+        os.environ.get(SERVICE_HTTP_CLIENT_ENV, HTTP_CLIENTS[0]),
+        os.environ.get(BASELINE_HTTP_CLIENT_ENV, "httpx"),
+    )
+
+
 def service_env(base_url: str) -> dict[str, str]:
     """This environment without any GENERAL_AGENT_*/ANTHROPIC_* setting, pointed at the fake."""
     env = without_service_settings()
     env.update({"ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": BENCH_API_KEY, "PYTHONUNBUFFERED": "1"})
+    if SERVICE_HTTP_CLIENT_ENV in os.environ:
+        env["GENERAL_AGENT_MODEL_HTTP_CLIENT"] = os.environ[SERVICE_HTTP_CLIENT_ENV]
     return env
 
 
@@ -416,7 +432,8 @@ def environment(cpus: CpuPlan) -> dict[str, Any]:
         "protobuf": _version("protobuf"),
         "anthropic": _version("anthropic"),
         "httpx2": _version("httpx2"),
-        "aiohttp (fake server)": _version("aiohttp"),
+        "aiohttp": _version("aiohttp"),
+        "model HTTP client (service / baseline)": " / ".join(http_clients()),
         "general-agent-server": _version("general-agent-server"),
         "event loop": "asyncio (default)",
     }

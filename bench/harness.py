@@ -23,7 +23,7 @@ from typing import Any, Final, NamedTuple
 import anthropic
 import grpc
 
-from bench.common import REPO, service_env, stream_turn
+from bench.common import REPO, http_clients, service_env, stream_turn
 from bench.processes import READY_TIMEOUT, BenchError, ManagedProcess, start_announcing, without_service_settings
 from general_agent.v1 import agent_service_pb2_grpc, event_pb2, session_messages_pb2, session_pb2
 
@@ -188,12 +188,15 @@ class BaselineClient:
     """The bare SDK: one AsyncAnthropic client configured as the service's, raw `create(stream=True)`."""
 
     def __init__(self, base_url: str) -> None:
+        # The bare SDK's own HTTP client (httpx), or its aiohttp transport with `--baseline-http-client aiohttp`.
+        aiohttp_client = http_clients()[1] == "aiohttp"
         self.client = anthropic.AsyncAnthropic(
             base_url=base_url,
             api_key="dummy",
             max_retries=2,
             timeout=600.0,
             default_headers={"accept-encoding": "identity"},
+            http_client=anthropic.DefaultAioHttpClient(timeout=600.0) if aiohttp_client else None,
         )
 
     async def call(self, params: dict[str, Any]) -> TurnSample:

@@ -10,7 +10,7 @@ import pytest
 from general_agent import testing as fake
 from general_agent_server.model import scripted
 from general_agent_server.model.anthropic import AnthropicModelClient
-from general_agent_server.model.port import Credential, ModelClient
+from general_agent_server.model.port import HTTP_CLIENTS, Credential, ModelClient
 from general_agent_server.model.testing import ModelClientConformance
 
 
@@ -51,6 +51,10 @@ def fake_answer(answer: scripted.Answer) -> fake.ReplyLike:
 
 
 class TestAnthropicModelClient(ModelClientConformance):
+    """On the default HTTP client (the SDK's aiohttp transport)."""
+
+    http_client = HTTP_CLIENTS[0]
+
     @pytest.fixture(autouse=True)
     async def _server(self) -> AsyncIterator[None]:
         async with fake.FakeAnthropic() as server:
@@ -63,6 +67,12 @@ class TestAnthropicModelClient(ModelClientConformance):
 
     async def client_for(self, answers: Sequence[scripted.Answer]) -> ModelClient:
         self.fake.enqueue(*(fake_answer(a) for a in answers))
-        client = AnthropicModelClient(timeout_seconds=10, max_retries=0)
+        client = AnthropicModelClient(timeout_seconds=10, max_retries=0, http_client=self.http_client)
         self.clients.append(client)
         return client
+
+
+class TestAnthropicModelClientOnHttpx(TestAnthropicModelClient):
+    """The same suite on the SDK's default HTTP client (`model_http_client = "httpx"`)."""
+
+    http_client = "httpx"

@@ -52,6 +52,9 @@ def test_invalid_values_name_the_setting(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^metrics_listen: port 65536 is out of range"):
         load_settings(None, {"GENERAL_AGENT_METRICS_LISTEN": "127.0.0.1:65536"})
     assert load_settings(None, {"GENERAL_AGENT_LISTEN": "127.0.0.1:65535"}).listen == "127.0.0.1:65535"
+    with pytest.raises(ConfigError, match=r"^model_http_client: expected aiohttp or httpx, got 'requests'"):
+        load_settings(None, {"GENERAL_AGENT_MODEL_HTTP_CLIENT": "requests"})
+    assert load_settings(None, {"GENERAL_AGENT_MODEL_HTTP_CLIENT": "httpx"}).model_http_client == "httpx"
     bad = tmp_path / "bad.toml"
     bad.write_text('lisen = "x"\n')
     with pytest.raises(ConfigError, match="unknown setting"):

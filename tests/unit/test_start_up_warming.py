@@ -17,7 +17,7 @@ _PROBE = textwrap.dedent(
     from general_agent_server.model.anthropic import AnthropicModelClient
     from general_agent_server.model.port import Credential
 
-    print("httpcore2 at import:", "httpcore2" in sys.modules)
+    print("httpcore2 and aiohttp at import:", "httpcore2" in sys.modules and "aiohttp" in sys.modules)
     client = AnthropicModelClient(timeout_seconds=10)
     credential = Credential(api_key="sk-ant-warm-up-test-0000", base_url="http://127.0.0.1:9")
 
@@ -38,7 +38,7 @@ _PROBE = textwrap.dedent(
 def test_warm_up_imports_the_http_stack_and_builds_the_configured_clients() -> None:
     out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, check=True, timeout=60).stdout
     assert out.splitlines() == [
-        "httpcore2 at import: True",
+        "httpcore2 and aiohttp at import: True",
         "anyio backend before warm: False",
         "anyio backend after warm: True",
         "client kept: True",

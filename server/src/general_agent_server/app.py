@@ -141,7 +141,11 @@ async def _start_parts(settings: ServerSettings, cleanup: contextlib.AsyncExitSt
     except StoreError as exc:
         raise StartError(f"store: {exc}") from None
     cleanup.push_async_callback(store.close)
-    model = AnthropicModelClient(timeout_seconds=settings.model_request_timeout, max_retries=settings.model_max_retries)
+    model = AnthropicModelClient(
+        timeout_seconds=settings.model_request_timeout,
+        max_retries=settings.model_max_retries,
+        http_client=settings.model_http_client,
+    )
     cleanup.push_async_callback(model.close)
     observability = start_observability(settings)
     cleanup.callback(observability.stop)

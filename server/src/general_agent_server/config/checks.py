@@ -9,6 +9,7 @@ from general_agent_server.config.table import INPUT_LIMIT_NAMES, ServerSettings
 from general_agent_server.config.trust_checks import check_trust, host_and_port
 from general_agent_server.hooks.plugins import PluginMode
 from general_agent_server.memory.settings import BACKENDS, MAX_BUDGET_CHARS, MAX_TOP_K
+from general_agent_server.model.port import HTTP_CLIENTS
 from general_agent_server.tools.shell.command_user import CommandUserError, command_user
 
 __all__ = ["ConfigError", "validate"]
@@ -26,6 +27,10 @@ def validate(settings: ServerSettings) -> None:
     _check_store(settings.store)
     if settings.log_format not in ("json", "text"):
         raise ConfigError(f"log_format: expected json or text, got {settings.log_format!r}")
+    if settings.model_http_client not in HTTP_CLIENTS:
+        raise ConfigError(
+            f"model_http_client: expected {' or '.join(HTTP_CLIENTS)}, got {settings.model_http_client!r}"
+        )
     for name in (
         "max_tokens_cap",
         "max_receive_message_length",

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from general_agent_server.domain.session import Usage
+
+HTTP_CLIENTS: Final = ("aiohttp", "httpx")
+"""The HTTP clients the Anthropic adapter can stream with (model/anthropic.py), its default first: the SDK's
+aiohttp transport, or httpx, the SDK's own default."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
