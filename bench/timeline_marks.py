@@ -36,6 +36,10 @@ POINTS: Final = (
     ("general_agent_server.runs.model_call", "ModelCall._stream_once", "model.call"),
     ("general_agent_server.model.anthropic", "AnthropicModelClient.stream", "model.stream"),
     ("anthropic._base_client", "AsyncAPIClient.post", "sdk.post"),
+    # The HTTP request's body and the response's headers, on either HTTP client of the SDK (`model_http_client`):
+    # aiohttp (the server's default) or httpx's transport (httpcore).
+    ("aiohttp.client_reqrep", "ClientRequest.write_bytes", "http.body"),
+    ("aiohttp.client_reqrep", "ClientResponse.start", "http.headers"),
     ("httpcore2._async.http11", "AsyncHTTP11Connection._send_request_body", "http.body"),
     ("httpcore2._async.http11", "AsyncHTTP11Connection._receive_response_headers", "http.headers"),
     ("general_agent_server.runs.tool_round", "ToolRound.run", "round"),

@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import warnings
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 import anthropic
@@ -43,6 +44,13 @@ from general_agent_server.sessions import session_log
 # client is built: ~120 ms that would stall the event loop at the first model call after a start, with every other
 # session waiting.
 _EAGER = (httpcore2, aiohttp)
+
+# aiohttp warns about every request body over 1 MiB sent as bytes ("might lock the event loop", a ResourceWarning).
+# Here it does not: the body is already in memory and is written to the socket's buffer as is, as httpx does; and a
+# stream instead of bytes would be sent chunked and could not be sent again by the SDK's retries. The warning is
+# ignored so that a server run with warnings as errors does not fail every call of a long history.
+LARGE_BODY_WARNING: Final = "Sending a large body directly with raw bytes"
+warnings.filterwarnings("ignore", message=LARGE_BODY_WARNING, category=ResourceWarning, module="aiohttp.payload")
 
 
 class _Block:
