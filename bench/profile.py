@@ -5,6 +5,10 @@ py-spy attaches to the server's pid (`py-spy record --pid`, raw collapsed stacks
 waiting in epoll and on the writer thread shows too) and the collapsed stacks are summarised: the top
 functions by own samples and by inclusive samples, over the main thread only (`--all-threads` for every
 thread). The raw file (`DIR/server.collapsed`) loads into speedscope.app or flamegraph.pl.
+
+`--native` has py-spy record native frames too (C extensions, Cython, libc), and the summary then also gives each
+package's share: a sample counts for the package of its innermost Python frame, or for the extension module
+(`.so`) running below that frame, e.g. gRPC's Cython core or sqlite3's C code.
 """
 
 from __future__ import annotations
@@ -43,10 +47,35 @@ def short_path(path: str) -> str:
     return path
 
 
+def _file_of(frame: str) -> str:
+    """The file part of a frame (`func (path/to/file.py:12)` → `path/to/file.py`), empty when it has none."""
+    match = _FRAME.match(frame)
+    return match["file"] if match is not None else ""
+
+
+def package_of(frames: list[str]) -> str | None:
+    """The package a sample's time goes to (frames outermost first, paths shortened): the extension module running
+    below the innermost Python frame (`grpc (native)`, `_sqlite3 (native)`), or else that Python frame's package
+    (`general_agent_server`, `asyncio`, `h11`). None for a sample without a Python frame."""
+    files = [_file_of(frame) for frame in frames]
+    python = [i for i, file in enumerate(files) if file.endswith(".py")]
+    if not python:
+        return None
+    innermost = python[-1]
+    for file in files[innermost + 1 :]:
+        library = file.rsplit("/", 1)[-1]
+        if ".cpython-" in library or (library.endswith(".so") and not library.startswith(("libc.", "libpython"))):
+            return file.split("/", 1)[0].split(".", 1)[0] + " (native)"
+    return files[innermost].split("/", 1)[0].removesuffix(".py")
+
+
 def summarise(collapsed: Path, *, top: int, all_threads: bool) -> str:
-    """Own and inclusive samples per function over the collapsed stacks, as percentages of the total."""
+    """Own and inclusive samples per function over the collapsed stacks, as percentages of the total, and each
+    package's share (package_of) when the stacks have native frames."""
     own: collections.Counter[str] = collections.Counter()
     inclusive: collections.Counter[str] = collections.Counter()
+    packages: collections.Counter[str] = collections.Counter()
+    native = False
     total = 0
     for line in collapsed.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
@@ -60,8 +89,11 @@ def summarise(collapsed: Path, *, top: int, all_threads: bool) -> str:
         own[frames[-1]] += count
         for frame in set(frames[1:]):
             inclusive[frame] += count
+        native = native or any(_file_of(f).endswith(".so") or ".so." in _file_of(f) for f in frames)
+        packages[package_of(frames[1:]) or "(no Python frame)"] += count
     lines = [f"{total} samples"]
-    for title, counter in (("own", own), ("inclusive", inclusive)):
+    counters = [("own", own), ("inclusive", inclusive)] + ([("package", packages)] if native else [])
+    for title, counter in counters:
         lines.append(f"--- top {top} by {title} samples")
         for frame, count in counter.most_common(top):
             lines.append(f"{100 * count / max(total, 1):6.1f}%  {frame}")
@@ -85,7 +117,7 @@ async def _load(address: str, sessions: int, seconds: float) -> int:
     return done
 
 
-async def profile(sessions: int, seconds: float, out: Path, rate: int, *, idle: bool) -> Path:
+async def profile(sessions: int, seconds: float, out: Path, rate: int, *, idle: bool, native: bool = False) -> Path:
     cpus = plan_cpus()
     pin_self(cpus.client)
     async with contextlib.AsyncExitStack() as stack:
@@ -102,6 +134,7 @@ async def profile(sessions: int, seconds: float, out: Path, rate: int, *, idle: 
             str(int(seconds)),
             "--threads",
             *(["--idle"] if idle else []),
+            *(["--native"] if native else []),
             "-o",
             str(collapsed),
         ]
@@ -125,12 +158,15 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--all-threads", action="store_true")
     parser.add_argument("--busy-only", action="store_true", help="leave out idle samples (threads waiting)")
+    parser.add_argument("--native", action="store_true", help="record native frames too; adds shares by package")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "bench-profile")
     parser.add_argument("--summarise", type=Path, help="only summarise an existing collapsed file")
     args = parser.parse_args()
     if args.summarise is None:
         args.out.mkdir(parents=True, exist_ok=True)
-        collapsed = asyncio.run(profile(args.sessions, args.seconds, args.out, args.rate, idle=not args.busy_only))
+        collapsed = asyncio.run(
+            profile(args.sessions, args.seconds, args.out, args.rate, idle=not args.busy_only, native=args.native)
+        )
     else:
         collapsed = args.summarise
     summary = summarise(collapsed, top=args.top, all_threads=args.all_threads)
