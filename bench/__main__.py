@@ -59,7 +59,8 @@ def _interrupt_on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parse(argv: Sequence[str] | None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The command line; the options the servers must see too are put in the environment they inherit."""
     parser = argparse.ArgumentParser(
         prog="python -m bench",
         description="Benchmarks of the service against the bare anthropic SDK sending the identical request, "
@@ -81,28 +82,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="concurrency: also tally the server's loop callbacks longer than MS by where their task steps began and"
         " ended (costs the server a few microseconds per step)",
     )
-    for who, env in (("service", SERVICE_HTTP_CLIENT_ENV), ("baseline", BASELINE_HTTP_CLIENT_ENV)):
-        parser.add_argument(
-            f"--{who}-http-client",
-            choices=HTTP_CLIENTS,
-            help=f"the HTTP client under the {who}'s SDK (default: "
-            + ("the server's default" if who == "service" else "the bare SDK's own, httpx")
-            + f"; sets {env})",
-        )
+    parser.add_argument(
+        "--service-http-client",
+        choices=HTTP_CLIENTS,
+        help=f"the HTTP client under the service's SDK (default: the server's; sets {SERVICE_HTTP_CLIENT_ENV})",
+    )
+    parser.add_argument(
+        "--baseline-http-client",
+        choices=HTTP_CLIENTS,
+        help="the HTTP client under the baseline's SDK (default: the SDK's own, httpx; "
+        f"sets {BASELINE_HTTP_CLIENT_ENV})",
+    )
     args = parser.parse_args(argv)
-    for chosen, env in (
-        (args.service_http_client, SERVICE_HTTP_CLIENT_ENV),
-        (args.baseline_http_client, BASELINE_HTTP_CLIENT_ENV),
-    ):
-        if chosen:
-            os.environ[env] = chosen  # read by bench.common.http_clients, here and in the servers' environment
+    # Read by bench.common.http_clients, here and in the servers' environment.
+    if args.service_http_client:
+        os.environ[SERVICE_HTTP_CLIENT_ENV] = args.service_http_client
+    if args.baseline_http_client:
+        os.environ[BASELINE_HTTP_CLIENT_ENV] = args.baseline_http_client
     if args.long_steps is not None:
         if args.long_steps <= 0:
             parser.error(f"--long-steps: expected milliseconds above 0, got {args.long_steps:g}")
         os.environ["BENCH_LONG_STEPS_MS"] = f"{args.long_steps:g}"
     if args.loop_iterations:
         os.environ["BENCH_LOOP_ITERATIONS"] = "1"  # the servers the benchmarks start inherit it
+    return parser, args
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser, args = _parse(argv)
     if args.list:
         for name, bench in BENCHMARKS.items():
             print(f"{name}\t{bench.description}")

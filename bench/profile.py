@@ -89,7 +89,7 @@ def summarise(collapsed: Path, *, top: int, all_threads: bool) -> str:
         own[frames[-1]] += count
         for frame in set(frames[1:]):
             inclusive[frame] += count
-        native = native or any(_file_of(f).endswith(".so") or ".so." in _file_of(f) for f in frames)
+        native = native or ".so" in stack  # a shared library's frame: py-spy ran with --native
         packages[package_of(frames[1:]) or "(no Python frame)"] += count
     lines = [f"{total} samples"]
     counters = [("own", own), ("inclusive", inclusive)] + ([("package", packages)] if native else [])
