@@ -29,7 +29,9 @@ _PARENT = textwrap.dedent(
         cpu=0,
     )
     child.start()
-    (work / "child.pid").write_text(str(child.pid))
+    # Written whole then renamed: the test polls for the file and must never read it half written.
+    (work / "child.pid.tmp").write_text(str(child.pid))
+    (work / "child.pid.tmp").rename(work / "child.pid")
     time.sleep(120)
     """
 )
